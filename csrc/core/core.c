@@ -1,0 +1,434 @@
+/*
+ * corral.core: luaopen, the loop userdata, core.run, error and option helpers, small calls.
+ *
+ * Each luaopen makes its own loop (a userdata holding a malloc'd corral_loop), kept as the first
+ * upvalue of every module function; its __gc tears the loop down, killing any child still running.
+ */
+#include "core.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+LUAMOD_API int luaopen_corral_core(lua_State *L);
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+static int push_fail(lua_State *L, const char *name, const char *msg, const char *fmt,
+                     va_list ap) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: ", name);
+  lua_pushvfstring(L, fmt, ap);
+  lua_pushfstring(L, ": %s", msg);
+  lua_concat(L, 3);
+  lua_pushstring(L, name);
+  return 3;
+}
+
+int corral_fail_errno(lua_State *L, int err, const char *fmt, ...) {
+  char nbuf[32], mbuf[256];
+  const char *name = strerrorname_np(err);
+  const char *msg = strerror_r(err, mbuf, sizeof mbuf);
+  va_list ap;
+  int n;
+  if (name == NULL) {
+    snprintf(nbuf, sizeof nbuf, "E%d", err);
+    name = nbuf;
+  }
+  va_start(ap, fmt);
+  n = push_fail(L, name, msg, fmt, ap);
+  va_end(ap);
+  return n;
+}
+
+int corral_fail_uv(lua_State *L, int uverr, const char *fmt, ...) {
+  char nbuf[64], mbuf[256];
+  va_list ap;
+  int n;
+  uv_err_name_r(uverr, nbuf, sizeof nbuf);
+  uv_strerror_r(uverr, mbuf, sizeof mbuf);
+  va_start(ap, fmt);
+  n = push_fail(L, nbuf, mbuf, fmt, ap);
+  va_end(ap);
+  return n;
+}
+
+/* ---- protected calls from libuv callbacks ---------------------------------------------------- */
+
+/* The message handler: the error with a traceback (as lua.c's msghandler). */
+static int traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      msg = lua_tostring(L, -1);
+    else
+      msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+/* The error slot of a loop is registry[cl] (a light userdata key created at luaopen, so storing
+ * into it never allocates): false, or the first error a callback raised. */
+int corral_pcall(corral_loop *cl, lua_State *L, int nargs) {
+  int base = lua_gettop(L) - nargs; /* the function */
+  int status;
+  lua_pushcfunction(L, traceback);
+  lua_insert(L, base);
+  status = lua_pcall(L, nargs, 0, base);
+  if (status != LUA_OK) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, cl);
+    if (lua_toboolean(L, -1)) {
+      lua_pop(L, 2); /* keep the first error */
+    } else {
+      lua_pop(L, 1);
+      lua_rawsetp(L, LUA_REGISTRYINDEX, cl);
+    }
+    uv_stop(&cl->loop); /* so that core.run returns and re-raises it */
+  }
+  lua_remove(L, base);
+  return status;
+}
+
+/* ---- strict option tables -------------------------------------------------------------------- */
+
+void corral_check_keys(lua_State *L, int idx, const char *const known[]) {
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *key;
+    int i;
+    lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_argerror(L, idx, lua_pushfstring(L, "option names must be strings, got a %s key",
+                                            luaL_typename(L, -1)));
+    key = lua_tostring(L, -1);
+    for (i = 0; known[i] != NULL; i++)
+      if (strcmp(key, known[i]) == 0) break;
+    if (known[i] == NULL)
+      luaL_argerror(L, idx, lua_pushfstring(L, "unknown option '%s'", key));
+  }
+}
+
+static int wrong_type(lua_State *L, int idx, const char *key, const char *expected) {
+  return luaL_argerror(L, idx, lua_pushfstring(L, "option '%s': %s expected, got %s", key,
+                                               expected, luaL_typename(L, -1)));
+}
+
+lua_Integer corral_opt_integer(lua_State *L, int idx, const char *key, lua_Integer def,
+                               lua_Integer min, lua_Integer max) {
+  lua_Integer v;
+  int isint;
+  idx = lua_absindex(L, idx);
+  if (lua_getfield(L, idx, key) == LUA_TNIL) {
+    lua_pop(L, 1);
+    return def;
+  }
+  if (lua_type(L, -1) != LUA_TNUMBER) wrong_type(L, idx, key, "integer");
+  v = lua_tointegerx(L, -1, &isint);
+  if (!isint) wrong_type(L, idx, key, "integer");
+  if (v < min || v > max)
+    luaL_argerror(L, idx, lua_pushfstring(L, "option '%s': %I is out of range [%I, %I]", key,
+                                          (LUAI_UACINT)v, (LUAI_UACINT)min, (LUAI_UACINT)max));
+  lua_pop(L, 1);
+  return v;
+}
+
+double corral_opt_number(lua_State *L, int idx, const char *key, double def, double min,
+                         double max) {
+  double v;
+  idx = lua_absindex(L, idx);
+  if (lua_getfield(L, idx, key) == LUA_TNIL) {
+    lua_pop(L, 1);
+    return def;
+  }
+  if (lua_type(L, -1) != LUA_TNUMBER) wrong_type(L, idx, key, "number");
+  v = (double)lua_tonumber(L, -1);
+  if (!(v >= min && v <= max)) /* also refuses NaN */
+    luaL_argerror(L, idx, lua_pushfstring(L, "option '%s': %f is out of range [%f, %f]", key,
+                                          (LUAI_UACNUMBER)v, (LUAI_UACNUMBER)min,
+                                          (LUAI_UACNUMBER)max));
+  lua_pop(L, 1);
+  return v;
+}
+
+int corral_opt_boolean(lua_State *L, int idx, const char *key, int def) {
+  int v;
+  idx = lua_absindex(L, idx);
+  if (lua_getfield(L, idx, key) == LUA_TNIL) {
+    lua_pop(L, 1);
+    return def;
+  }
+  if (lua_type(L, -1) != LUA_TBOOLEAN) wrong_type(L, idx, key, "boolean");
+  v = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+const char *corral_opt_string(lua_State *L, int idx, const char *key, size_t *len) {
+  idx = lua_absindex(L, idx);
+  if (lua_getfield(L, idx, key) == LUA_TNIL) {
+    if (len) *len = 0;
+    return NULL;
+  }
+  if (lua_type(L, -1) != LUA_TSTRING) wrong_type(L, idx, key, "string");
+  return lua_tolstring(L, -1, len);
+}
+
+/* ---- the loop -------------------------------------------------------------------------------- */
+
+corral_loop *corral_loop_up(lua_State *L) {
+  corral_loop **pp = (corral_loop **)lua_touserdata(L, lua_upvalueindex(1));
+  if (pp == NULL || *pp == NULL) luaL_error(L, "corral.core: the loop is closed");
+  return *pp;
+}
+
+/* close, __gc: kill and reap what still runs, close every handle, let the close callbacks run,
+ * close the loop. Safe twice. */
+static int loop_close(lua_State *L) {
+  corral_loop **pp = (corral_loop **)luaL_checkudata(L, 1, CORRAL_LOOP_MT);
+  corral_loop *cl = *pp;
+  if (cl == NULL) return 0;
+  *pp = NULL;
+  cl->closing = 1;
+  corral_runs_shutdown(cl);
+  uv_run(&cl->loop, UV_RUN_DEFAULT); /* only close callbacks are left */
+  lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, cl);
+  if (uv_loop_close(&cl->loop) != 0) return 0; /* a handle is still open: leak rather than crash */
+  free(cl);
+  return 0;
+}
+
+static int loop_tostring(lua_State *L) {
+  corral_loop **pp = (corral_loop **)luaL_checkudata(L, 1, CORRAL_LOOP_MT);
+  if (*pp == NULL)
+    lua_pushstring(L, "corral.loop (closed)");
+  else
+    lua_pushfstring(L, "corral.loop (%p)", (void *)*pp);
+  return 1;
+}
+
+/* core.run([mode]) -> alive */
+static int l_run(lua_State *L) {
+  static const char *const names[] = {"default", "once", "nowait", NULL};
+  static const uv_run_mode modes[] = {UV_RUN_DEFAULT, UV_RUN_ONCE, UV_RUN_NOWAIT};
+  corral_loop *cl = corral_loop_up(L);
+  int mode = luaL_checkoption(L, 1, "default", names);
+  int alive;
+  if (cl->running) return luaL_error(L, "core.run: the loop is already running (called from a callback?)");
+  cl->running = 1;
+  alive = uv_run(&cl->loop, modes[mode]);
+  cl->running = 0;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, cl);
+  if (lua_toboolean(L, -1)) { /* a callback failed: clear the slot and re-raise here */
+    lua_pushboolean(L, 0);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, cl);
+    return lua_error(L);
+  }
+  lua_pop(L, 1);
+  lua_pushboolean(L, alive != 0);
+  return 1;
+}
+
+/* ---- small calls ----------------------------------------------------------------------------- */
+
+static int l_getpid(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)getpid());
+  return 1;
+}
+
+static int l_getuid(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)getuid());
+  return 1;
+}
+
+static int l_geteuid(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)geteuid());
+  return 1;
+}
+
+static int l_getgid(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)getgid());
+  return 1;
+}
+
+/* core.kill(pid, sig) -> true | nil, err, code. pid 0 and -1 (our own group, every process)
+ * are refused: no policy means them. */
+static int l_kill(lua_State *L) {
+  lua_Integer pid = luaL_checkinteger(L, 1);
+  lua_Integer sig = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, pid != 0 && pid != -1 && pid >= INT32_MIN && pid <= INT32_MAX, 1,
+                "pid must be a process (> 0) or a group (< -1)");
+  luaL_argcheck(L, sig >= 0 && sig < 65, 2, "not a signal number");
+  if (kill((pid_t)pid, (int)sig) < 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot signal %I", (LUAI_UACINT)pid);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_hrtime(lua_State *L) {
+  lua_pushnumber(L, (lua_Number)uv_hrtime() / 1e9);
+  return 1;
+}
+
+static int l_cpu_count(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)uv_available_parallelism());
+  return 1;
+}
+
+static int l_rusage(lua_State *L) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) < 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "getrusage");
+  }
+  lua_createtable(L, 0, 3);
+  lua_pushnumber(L, (lua_Number)ru.ru_utime.tv_sec + (lua_Number)ru.ru_utime.tv_usec / 1e6);
+  lua_setfield(L, -2, "user_s");
+  lua_pushnumber(L, (lua_Number)ru.ru_stime.tv_sec + (lua_Number)ru.ru_stime.tv_usec / 1e6);
+  lua_setfield(L, -2, "sys_s");
+  lua_pushinteger(L, (lua_Integer)ru.ru_maxrss);
+  lua_setfield(L, -2, "maxrss_kb");
+  return 1;
+}
+
+/* A DIR* owned by a userdata, so that a memory error while building a table cannot leak it. */
+typedef struct dirguard {
+  DIR *dir;
+} dirguard;
+
+static int dirguard_close(lua_State *L) {
+  dirguard *g = (dirguard *)luaL_checkudata(L, 1, CORRAL_DIR_MT);
+  if (g->dir != NULL) {
+    closedir(g->dir);
+    g->dir = NULL;
+  }
+  return 0;
+}
+
+/* core.fds() -> array of the open fds of this process (ascending, as /proc lists them). */
+static int l_fds(lua_State *L) {
+  dirguard *g = (dirguard *)lua_newuserdatauv(L, sizeof *g, 0);
+  struct dirent *de;
+  lua_Integer n = 0;
+  int self;
+  g->dir = NULL;
+  luaL_setmetatable(L, CORRAL_DIR_MT);
+  g->dir = opendir("/proc/self/fd");
+  if (g->dir == NULL) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot list /proc/self/fd");
+  }
+  self = dirfd(g->dir);
+  lua_newtable(L);
+  while ((de = readdir(g->dir)) != NULL) {
+    char *end;
+    long fd;
+    if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
+    fd = strtol(de->d_name, &end, 10);
+    if (*end != '\0' || fd == self) continue;
+    lua_pushinteger(L, (lua_Integer)fd);
+    lua_rawseti(L, -2, ++n);
+  }
+  closedir(g->dir);
+  g->dir = NULL;
+  return 1;
+}
+
+/* ---- luaopen --------------------------------------------------------------------------------- */
+
+static void ignore_sigpipe(void) {
+  struct sigaction sa;
+  if (sigaction(SIGPIPE, NULL, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
+      sa.sa_handler == SIG_DFL) {
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+  }
+}
+
+static const luaL_Reg funcs[] = {
+    {"spawn", corral_spawn},
+    {"run", l_run},
+    {"mkdtemp", corral_mkdtemp},
+    {"rmtree", corral_rmtree},
+    {"write_file", corral_write_file},
+    {"chown", corral_chown},
+    {"chmod", corral_chmod},
+    {"exists", corral_exists},
+    {"mkdir", corral_mkdir},
+    {"symlink", corral_symlink},
+    {"readlink", corral_readlink},
+    {"lstat", corral_lstat},
+    {"access", corral_access},
+    {"realpath", corral_realpath},
+    {"utf8_repair", corral_utf8_repair},
+    {"lock", corral_lock},
+    {"fds", l_fds},
+    {"getpid", l_getpid},
+    {"getuid", l_getuid},
+    {"geteuid", l_geteuid},
+    {"getgid", l_getgid},
+    {"kill", l_kill},
+    {"hrtime", l_hrtime},
+    {"cpu_count", l_cpu_count},
+    {"rusage", l_rusage},
+    {NULL, NULL},
+};
+
+LUAMOD_API int luaopen_corral_core(lua_State *L) {
+  corral_loop **pp;
+  corral_loop *cl;
+  int rc;
+
+  ignore_sigpipe();
+
+  luaL_newmetatable(L, CORRAL_LOOP_MT);
+  lua_pushcfunction(L, loop_close);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, loop_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+
+  luaL_newmetatable(L, CORRAL_DIR_MT);
+  lua_pushcfunction(L, dirguard_close);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+
+  corral_proc_open(L);
+  corral_lock_open(L);
+
+  /* the userdata first, closed; then the loop */
+  pp = (corral_loop **)lua_newuserdatauv(L, sizeof *pp, 0);
+  *pp = NULL;
+  luaL_setmetatable(L, CORRAL_LOOP_MT);
+  cl = (corral_loop *)calloc(1, sizeof *cl);
+  if (cl == NULL) return luaL_error(L, "corral.core: out of memory");
+  rc = uv_loop_init(&cl->loop);
+  if (rc != 0) {
+    free(cl);
+    return luaL_error(L, "corral.core: cannot create a libuv loop: %s", uv_strerror(rc));
+  }
+  *pp = cl; /* from here the loop's __gc owns cl */
+  lua_pushboolean(L, 0);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, cl); /* the error slot */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  cl->L = lua_tothread(L, -1);
+  lua_pop(L, 1);
+
+  lua_newtable(L);
+  lua_pushvalue(L, -2);
+  luaL_setfuncs(L, funcs, 1);
+  lua_pushstring(L, uv_version_string());
+  lua_setfield(L, -2, "uv_version");
+  return 1;
+}

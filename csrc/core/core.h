@@ -1,0 +1,102 @@
+/*
+ * corral.core: private header shared by the files of the host module.
+ *
+ * core.c     luaopen_corral_core, the loop userdata, core.run, errors, option tables, small calls
+ * process.c  core.spawn: pipes with capped reads, timers, the kill sequence, the result
+ * fs.c       mkdtemp, rmtree, write_file, chown, chmod, exists
+ * utf8.c     utf8_repair (a pure function plus its binding)
+ * lock.c     core.lock
+ *
+ * There is no process-wide state: every luaopen makes its own corral_loop, reached through the
+ * first upvalue of the module's functions (busted loads the module afresh per spec file).
+ */
+#ifndef CORRAL_CORE_H
+#define CORRAL_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+#include <uv.h>
+
+#define CORRAL_LOOP_MT "corral.loop"
+#define CORRAL_PROC_MT "corral.proc"
+#define CORRAL_LOCK_MT "corral.lock"
+#define CORRAL_DIR_MT  "corral.dirguard"
+
+/* One read buffer per loop: libuv reads into it, process.c copies what fits under the caps. */
+#define CORRAL_SCRATCH_SIZE (64 * 1024)
+
+struct corral_run;
+
+typedef struct corral_loop {
+  uv_loop_t loop;
+  lua_State *L;               /* the main Lua thread: callbacks run on it */
+  struct corral_run *runs;    /* every run whose handles are not all closed yet */
+  int running;                /* inside uv_run (core.run is not re-entrant) */
+  int closing;                /* the loop is being torn down: no Lua from callbacks */
+  int err_ref;                /* first error raised by a callback, re-raised by core.run */
+  char scratch[CORRAL_SCRATCH_SIZE];
+} corral_loop;
+
+/* ---- core.c ---- */
+
+/* The loop of the module function being called (upvalue 1); raises if it was closed. */
+corral_loop *corral_loop_up(lua_State *L);
+
+/* Push nil, "ENAME: <what>: <strerror>", "ENAME" for an errno value; returns 3. */
+int corral_fail_errno(lua_State *L, int err, const char *fmt, ...);
+/* The same for a libuv error code (negative). */
+int corral_fail_uv(lua_State *L, int uverr, const char *fmt, ...);
+
+/* Call the function below nargs arguments on L (the main thread) with a traceback handler.
+ * A failure is kept (the first one) in cl->err_ref and stops the loop so that core.run re-raises
+ * it; returns the lua_pcall status. */
+int corral_pcall(corral_loop *cl, lua_State *L, int nargs);
+
+/* Strict option tables: raise naming the first key of table idx that is not in known. */
+void corral_check_keys(lua_State *L, int idx, const char *const known[]);
+/* Field readers: absent (nil) gives def; a wrong type or an out-of-range value raises. */
+lua_Integer corral_opt_integer(lua_State *L, int idx, const char *key, lua_Integer def,
+                               lua_Integer min, lua_Integer max);
+double corral_opt_number(lua_State *L, int idx, const char *key, double def, double min,
+                         double max);
+int corral_opt_boolean(lua_State *L, int idx, const char *key, int def);
+/* Always leaves one value on the stack: the string, or nil when absent (then returns NULL). */
+const char *corral_opt_string(lua_State *L, int idx, const char *key, size_t *len);
+
+/* ---- process.c ---- */
+int corral_spawn(lua_State *L);
+void corral_proc_open(lua_State *L);          /* registers the corral.proc metatable */
+/* Loop teardown: SIGKILL and reap every running child, then uv_close every handle (their close
+ * callbacks free the runs without calling Lua; the caller runs the loop to let them fire). */
+void corral_runs_shutdown(corral_loop *cl);
+
+/* ---- fs.c ---- */
+int corral_mkdtemp(lua_State *L);
+int corral_rmtree(lua_State *L);
+int corral_write_file(lua_State *L);
+int corral_chown(lua_State *L);
+int corral_chmod(lua_State *L);
+int corral_exists(lua_State *L);
+int corral_mkdir(lua_State *L);
+int corral_symlink(lua_State *L);
+int corral_readlink(lua_State *L);
+int corral_lstat(lua_State *L);
+int corral_access(lua_State *L);
+int corral_realpath(lua_State *L);
+
+/* ---- utf8.c ---- */
+/* Replace every maximal invalid subsequence of in[0..n) by U+FFFD, as Python's
+ * bytes.decode("utf-8", "replace") does. Writes to out when it is not NULL (out needs at most
+ * 3 * n bytes; the return value is the exact length); *valid is set to 1 when the input was
+ * valid UTF-8 (then the output equals the input). */
+size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out, int *valid);
+int corral_utf8_repair(lua_State *L);
+
+/* ---- lock.c ---- */
+int corral_lock(lua_State *L);
+void corral_lock_open(lua_State *L);          /* registers the corral.lock metatable */
+
+#endif

@@ -1,0 +1,517 @@
+/*
+ * corral.core: files. mkdtemp, rmtree, write_file, chown, chmod, exists.
+ *
+ * None of them follows a symlink in the last component. rmtree walks a tree the sandboxed code
+ * may have shaped (symlinks to elsewhere, chmod 000 directories, 10,000 levels of nesting): it
+ * works relative to directory fds, holds at most two of them at a time, and keeps its own stack.
+ */
+#include "core.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* A path argument: a string without NUL bytes. */
+static const char *check_path(lua_State *L, int arg) {
+  size_t len;
+  const char *p = luaL_checklstring(L, arg, &len);
+  luaL_argcheck(L, len > 0 && strlen(p) == len, arg, "path is empty or contains a NUL byte");
+  return p;
+}
+
+static mode_t check_mode(lua_State *L, int arg, lua_Integer def) {
+  lua_Integer m = luaL_optinteger(L, arg, def);
+  luaL_argcheck(L, m >= 0 && m <= 07777, arg, "mode must be in [0, 07777]");
+  return (mode_t)m;
+}
+
+/* core.mkdtemp(template) -> path | nil, err, code */
+int corral_mkdtemp(lua_State *L) {
+  char buf[PATH_MAX];
+  const char *t = check_path(L, 1);
+  size_t n = strlen(t);
+  luaL_argcheck(L, n >= 6 && strcmp(t + n - 6, "XXXXXX") == 0, 1, "template must end in XXXXXX");
+  if (n >= sizeof buf) return corral_fail_errno(L, ENAMETOOLONG, "cannot create %s", t);
+  memcpy(buf, t, n + 1);
+  if (mkdtemp(buf) == NULL) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot create %s", t);
+  }
+  lua_pushstring(L, buf);
+  return 1;
+}
+
+/* core.write_file(path, data[, mode=0600]) -> true | nil, err, code. The file must not exist;
+ * its mode is exactly `mode` (not masked by the umask). A failed write removes the file. */
+int corral_write_file(lua_State *L) {
+  const char *path = check_path(L, 1);
+  size_t len, off = 0;
+  const char *data = luaL_checklstring(L, 2, &len);
+  mode_t mode = check_mode(L, 3, 0600);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int e;
+  if (fd < 0) {
+    e = errno;
+    return corral_fail_errno(L, e, "cannot create %s", path);
+  }
+  if (fchmod(fd, mode) < 0) goto fail;
+  while (off < len) {
+    ssize_t w = write(fd, data + off, len - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      goto fail;
+    }
+    off += (size_t)w;
+  }
+  if (close(fd) < 0) {
+    e = errno;
+    unlink(path);
+    return corral_fail_errno(L, e, "cannot write %s", path);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+fail:
+  e = errno;
+  close(fd);
+  unlink(path);
+  return corral_fail_errno(L, e, "cannot write %s", path);
+}
+
+static lua_Integer check_id(lua_State *L, int arg) {
+  lua_Integer id = luaL_checkinteger(L, arg);
+  luaL_argcheck(L, id >= -1 && id < (lua_Integer)UINT32_MAX, arg, "id must be in [-1, 2^32-2]");
+  return id;
+}
+
+/* core.chown(path, uid, gid) -> true | nil, err, code (-1 leaves an id as it is). */
+int corral_chown(lua_State *L) {
+  const char *path = check_path(L, 1);
+  uid_t uid = (uid_t)check_id(L, 2);
+  gid_t gid = (gid_t)check_id(L, 3);
+  if (fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW) < 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot chown %s", path);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* core.chmod(path, mode) -> true | nil, err, code. A symlink is refused (EOPNOTSUPP). */
+int corral_chmod(lua_State *L) {
+  const char *path = check_path(L, 1);
+  mode_t mode;
+  luaL_checkinteger(L, 2);
+  mode = check_mode(L, 2, 0);
+  if (fchmodat(AT_FDCWD, path, mode, AT_SYMLINK_NOFOLLOW) < 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot chmod %s", path);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* core.exists(path) -> bool | nil, err, code (a symlink exists, dangling or not). */
+int corral_exists(lua_State *L) {
+  const char *path = check_path(L, 1);
+  struct stat st;
+  if (fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  if (errno == ENOENT || errno == ENOTDIR) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot stat %s", path);
+  }
+}
+
+/* ---- rmtree ---------------------------------------------------------------------------------- */
+
+typedef struct rm_frame {
+  dev_t dev;
+  ino_t ino;
+  char *name; /* in the parent; NULL for the root */
+} rm_frame;
+
+typedef struct rm_id {
+  dev_t dev;
+  ino_t ino;
+} rm_id;
+
+typedef struct rm_state {
+  const char *root;
+  dev_t root_dev;
+  rm_frame *stack; /* stack[0] is the root, stack[depth-1] the directory being emptied */
+  size_t depth, stack_alloc;
+  rm_id *skip; /* entries that could not be removed: not retried, not re-entered */
+  size_t nskip, skip_alloc;
+  int err;       /* the first error */
+  char *errpath; /* and where */
+} rm_state;
+
+/* The path of entry `name` in the directory stack[depth-1] (name NULL: that directory). */
+static char *rm_path(const rm_state *s, const char *name) {
+  size_t len = strlen(s->root) + 1, i;
+  char *p, *q;
+  for (i = 1; i < s->depth; i++) len += strlen(s->stack[i].name) + 1;
+  if (name) len += strlen(name) + 1;
+  p = (char *)malloc(len);
+  if (p == NULL) return NULL;
+  q = stpcpy(p, s->root);
+  for (i = 1; i < s->depth; i++) {
+    *q++ = '/';
+    q = stpcpy(q, s->stack[i].name);
+  }
+  if (name) {
+    *q++ = '/';
+    q = stpcpy(q, name);
+  }
+  return p;
+}
+
+static void rm_note(rm_state *s, int err, const char *name) {
+  if (s->err != 0) return;
+  s->err = err;
+  s->errpath = rm_path(s, name);
+}
+
+static int rm_skipped(const rm_state *s, const struct stat *st) {
+  size_t i;
+  for (i = 0; i < s->nskip; i++)
+    if (s->skip[i].ino == st->st_ino && s->skip[i].dev == st->st_dev) return 1;
+  return 0;
+}
+
+static void rm_skip(rm_state *s, dev_t dev, ino_t ino) {
+  if (s->nskip == s->skip_alloc) {
+    size_t n = s->skip_alloc ? s->skip_alloc * 2 : 16;
+    rm_id *p = (rm_id *)realloc(s->skip, n * sizeof *p);
+    if (p == NULL) return; /* then it may be retried, which is harmless */
+    s->skip = p;
+    s->skip_alloc = n;
+  }
+  s->skip[s->nskip].dev = dev;
+  s->skip[s->nskip].ino = ino;
+  s->nskip++;
+}
+
+static int rm_push(rm_state *s, dev_t dev, ino_t ino, const char *name) {
+  char *copy = NULL;
+  if (s->depth == s->stack_alloc) {
+    size_t n = s->stack_alloc ? s->stack_alloc * 2 : 64;
+    rm_frame *p = (rm_frame *)realloc(s->stack, n * sizeof *p);
+    if (p == NULL) return ENOMEM;
+    s->stack = p;
+    s->stack_alloc = n;
+  }
+  if (name != NULL && (copy = strdup(name)) == NULL) return ENOMEM;
+  s->stack[s->depth].dev = dev;
+  s->stack[s->depth].ino = ino;
+  s->stack[s->depth].name = copy;
+  s->depth++;
+  return 0;
+}
+
+/* Open directory `name` of dirfd without following a symlink, check that it is the one that was
+ * stat'ed, and make it readable, searchable and writable for us (the sandbox may have chmod'ed
+ * it 000). Returns the fd, or -1 with *err set. */
+static int rm_open_dir(int dirfd, const char *name, const struct stat *expect, int *err) {
+  const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  struct stat st;
+  int fd = openat(dirfd, name, flags);
+  if (fd < 0) {
+    *err = errno;
+    if (*err != EACCES && *err != EPERM) return -1;
+    if (fchmodat(dirfd, name, 0700, AT_SYMLINK_NOFOLLOW) < 0) return -1;
+    fd = openat(dirfd, name, flags);
+    if (fd < 0) {
+      *err = errno;
+      return -1;
+    }
+  }
+  if (fstat(fd, &st) < 0) {
+    *err = errno;
+    close(fd);
+    return -1;
+  }
+  if (st.st_dev != expect->st_dev || st.st_ino != expect->st_ino) {
+    *err = EAGAIN; /* replaced while we were looking: let the caller try again */
+    close(fd);
+    return -1;
+  }
+  if ((st.st_mode & 0700) != 0700) fchmod(fd, 0700);
+  return fd;
+}
+
+/* unlinkat, and when the directory refuses (not writable for us), make it writable and retry. */
+static int rm_unlink(int dirfd, const char *name, int flags) {
+  int e;
+  if (unlinkat(dirfd, name, flags) == 0 || errno == ENOENT) return 0;
+  e = errno;
+  if ((e == EACCES || e == EPERM) && fchmod(dirfd, 0700) == 0) {
+    if (unlinkat(dirfd, name, flags) == 0 || errno == ENOENT) return 0;
+    e = errno;
+  }
+  return e;
+}
+
+/* Empty and remove directory `path` (already lstat'ed as st). Depth first: descend into the
+ * first subdirectory found (closing the parent), and when a directory is empty go back up
+ * through "..", checked against the recorded parent, remove it and list the parent again. */
+static void rm_dir(rm_state *s, const char *path, const struct stat *root_st) {
+  int cur, err = 0, e;
+  s->root_dev = root_st->st_dev;
+  cur = rm_open_dir(AT_FDCWD, path, root_st, &err);
+  if (cur < 0) {
+    rm_note(s, err, NULL);
+    return;
+  }
+  if ((e = rm_push(s, root_st->st_dev, root_st->st_ino, NULL)) != 0) {
+    close(cur);
+    rm_note(s, e, NULL);
+    return;
+  }
+  for (;;) {
+    DIR *d = fdopendir(cur);
+    struct dirent *de;
+    int child = -1, pfd;
+    rm_frame f;
+    struct stat pst;
+    if (d == NULL) {
+      rm_note(s, errno, NULL);
+      close(cur);
+      return;
+    }
+    for (;;) {
+      struct stat st;
+      errno = 0;
+      de = readdir(d);
+      if (de == NULL) {
+        if (errno != 0) rm_note(s, errno, NULL);
+        break;
+      }
+      if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+      if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+        if (errno != ENOENT) rm_note(s, errno, de->d_name);
+        continue;
+      }
+      if (rm_skipped(s, &st)) continue;
+      if (S_ISDIR(st.st_mode) && st.st_dev == s->root_dev) {
+        child = rm_open_dir(dirfd(d), de->d_name, &st, &err);
+        if (child < 0) {
+          rm_note(s, err, de->d_name);
+          rm_skip(s, st.st_dev, st.st_ino);
+          continue;
+        }
+        if ((e = rm_push(s, st.st_dev, st.st_ino, de->d_name)) != 0) {
+          close(child);
+          closedir(d);
+          rm_note(s, e, de->d_name);
+          return;
+        }
+        break;
+      }
+      /* a file, a symlink (never followed), or a mount point (never entered: its rmdir fails) */
+      e = rm_unlink(dirfd(d), de->d_name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+      if (e != 0) {
+        rm_note(s, e, de->d_name);
+        rm_skip(s, st.st_dev, st.st_ino);
+      }
+    }
+    if (child >= 0) { /* go down */
+      closedir(d);
+      cur = child;
+      continue;
+    }
+    if (s->depth == 1) { /* the root is empty (or holds what could not go) */
+      closedir(d);
+      break;
+    }
+    /* go up */
+    pfd = openat(dirfd(d), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    e = errno;
+    closedir(d);
+    if (pfd < 0) {
+      rm_note(s, e, NULL);
+      return;
+    }
+    if (fstat(pfd, &pst) < 0 || pst.st_dev != s->stack[s->depth - 2].dev ||
+        pst.st_ino != s->stack[s->depth - 2].ino) {
+      rm_note(s, EAGAIN, NULL); /* moved while we were inside it */
+      close(pfd);
+      return;
+    }
+    f = s->stack[--s->depth];
+    e = rm_unlink(pfd, f.name, AT_REMOVEDIR);
+    if (e != 0) {
+      rm_note(s, e, f.name);
+      rm_skip(s, f.dev, f.ino);
+    }
+    free(f.name);
+    cur = pfd;
+  }
+  if (unlinkat(AT_FDCWD, path, AT_REMOVEDIR) < 0 && errno != ENOENT) rm_note(s, errno, NULL);
+}
+
+/* core.rmtree(path) -> true | nil, err, code. A missing path is success; a symlink is removed,
+ * not followed. */
+int corral_rmtree(lua_State *L) {
+  const char *arg = check_path(L, 1);
+  size_t n = strlen(arg);
+  rm_state s;
+  struct stat st;
+  size_t i;
+  char *path;
+  while (n > 1 && arg[n - 1] == '/') n--; /* "link/" would follow the link */
+  luaL_argcheck(L, !(n == 1 && arg[0] == '/'), 1, "refusing to remove /");
+  lua_pushlstring(L, arg, n);
+  path = (char *)lua_tostring(L, -1);
+
+  memset(&s, 0, sizeof s);
+  s.root = path;
+  if (fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    if (errno != ENOENT) rm_note(&s, errno, NULL);
+  } else if (!S_ISDIR(st.st_mode)) {
+    if (unlinkat(AT_FDCWD, path, 0) < 0 && errno != ENOENT) rm_note(&s, errno, NULL);
+  } else {
+    rm_dir(&s, path, &st);
+  }
+  for (i = 0; i < s.depth; i++) free(s.stack[i].name);
+  free(s.stack);
+  free(s.skip);
+  if (s.err != 0) {
+    /* copy the C string into Lua before freeing it: pushing may raise */
+    lua_pushstring(L, s.errpath ? s.errpath : path);
+    free(s.errpath);
+    return corral_fail_errno(L, s.err, "cannot remove %s", lua_tostring(L, -1));
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* core.mkdir(path[, mode=0700]) -> true | nil, err, code. The mode is exact (not masked). */
+int corral_mkdir(lua_State *L) {
+  const char *path = check_path(L, 1);
+  mode_t mode = check_mode(L, 2, 0700);
+  if (mkdir(path, 0700) < 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot create directory %s", path);
+  }
+  if (fchmodat(AT_FDCWD, path, mode, 0) < 0) {
+    int e = errno;
+    rmdir(path);
+    return corral_fail_errno(L, e, "cannot chmod %s", path);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* core.symlink(target, path) -> true | nil, err, code */
+int corral_symlink(lua_State *L) {
+  const char *target = check_path(L, 1);
+  const char *path = check_path(L, 2);
+  if (symlink(target, path) < 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot create symlink %s", path);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* core.readlink(path) -> target | nil, err, code */
+int corral_readlink(lua_State *L) {
+  const char *path = check_path(L, 1);
+  char buf[PATH_MAX];
+  ssize_t n = readlink(path, buf, sizeof buf);
+  if (n < 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot read link %s", path);
+  }
+  if ((size_t)n >= sizeof buf) return corral_fail_errno(L, ENAMETOOLONG, "cannot read link %s", path);
+  lua_pushlstring(L, buf, (size_t)n);
+  return 1;
+}
+
+static const char *type_name(mode_t m) {
+  if (S_ISREG(m)) return "file";
+  if (S_ISDIR(m)) return "directory";
+  if (S_ISLNK(m)) return "link";
+  if (S_ISFIFO(m)) return "fifo";
+  if (S_ISSOCK(m)) return "socket";
+  if (S_ISCHR(m)) return "char";
+  if (S_ISBLK(m)) return "block";
+  return "other";
+}
+
+/* core.lstat(path) -> {type, mode, uid, gid, size, dev, ino} | nil, err, code (no following). */
+int corral_lstat(lua_State *L) {
+  const char *path = check_path(L, 1);
+  struct stat st;
+  if (fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot stat %s", path);
+  }
+  lua_createtable(L, 0, 7);
+  lua_pushstring(L, type_name(st.st_mode));
+  lua_setfield(L, -2, "type");
+  lua_pushinteger(L, (lua_Integer)(st.st_mode & 07777));
+  lua_setfield(L, -2, "mode");
+  lua_pushinteger(L, (lua_Integer)st.st_uid);
+  lua_setfield(L, -2, "uid");
+  lua_pushinteger(L, (lua_Integer)st.st_gid);
+  lua_setfield(L, -2, "gid");
+  lua_pushinteger(L, (lua_Integer)st.st_size);
+  lua_setfield(L, -2, "size");
+  lua_pushinteger(L, (lua_Integer)st.st_dev);
+  lua_setfield(L, -2, "dev");
+  lua_pushinteger(L, (lua_Integer)st.st_ino);
+  lua_setfield(L, -2, "ino");
+  return 1;
+}
+
+/* core.access(path, how) -> bool: `how` is a string of r, w, x (empty: exists). Uses the real
+ * ids, as the sandbox's uid question is answered by the policy, not here. */
+int corral_access(lua_State *L) {
+  const char *path = check_path(L, 1);
+  const char *how = luaL_optstring(L, 2, "");
+  int mode = F_OK;
+  for (; *how; how++) {
+    switch (*how) {
+      case 'r': mode |= R_OK; break;
+      case 'w': mode |= W_OK; break;
+      case 'x': mode |= X_OK; break;
+      default: return luaL_argerror(L, 2, "must be made of the letters r, w and x");
+    }
+  }
+  if (mode & X_OK) {
+    /* X_OK is true for directories; callers ask for executables */
+    struct stat st;
+    if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) {
+      lua_pushboolean(L, 0);
+      return 1;
+    }
+  }
+  lua_pushboolean(L, access(path, mode) == 0);
+  return 1;
+}
+
+/* core.realpath(path) -> absolute path with no symlinks | nil, err, code */
+int corral_realpath(lua_State *L) {
+  const char *path = check_path(L, 1);
+  char buf[PATH_MAX];
+  if (realpath(path, buf) == NULL) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot resolve %s", path);
+  }
+  lua_pushstring(L, buf);
+  return 1;
+}

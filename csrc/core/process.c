@@ -1,0 +1,768 @@
+/*
+ * corral.core: core.spawn and the corral.proc userdata.
+ *
+ * A run owns, in C memory freed only when every one of its libuv handles has been closed: the
+ * process handle, three timers (timeout, kill grace, drain grace), the stdout/stderr/report pipes
+ * and the optional stdin pipe. Reads land in the loop's one scratch buffer; what fits under a
+ * stream's cap is copied into its kept buffer, the rest is only counted (and fed to the tail
+ * ring). So the memory of a run is bounded by its caps whatever the child prints.
+ *
+ * Ending a run (timeout, overflow, proc:kill()): SIGTERM to the launcher, which kills its own
+ * tree; after `grace`, SIGKILL to the launcher and to its process group (it called setsid, so
+ * pgid == pid). When the launcher has been reaped, the pipes get at most `grace` more to reach
+ * EOF; then the group is killed and the pipes closed anyway. When every handle is closed, the
+ * result is built and on_exit(res) is called, once, through the loop's protected-call helper.
+ */
+#include "core.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#define REPORT_CAP ((size_t)64 * 1024)
+#define DEFAULT_CAP ((lua_Integer)1024 * 1024)
+#define MAX_CAP ((lua_Integer)1 << 30)
+#define DEFAULT_GRACE 0.2
+
+enum { ST_UNUSED = 0, ST_OPEN, ST_CLOSED };
+
+typedef struct corral_run corral_run;
+
+/* One output stream of the child. */
+typedef struct stream {
+  uv_pipe_t pipe; /* first member: read_cb casts the handle back to the stream */
+  corral_run *run;
+  const char *name;
+  int state;
+  size_t cap;          /* bytes kept */
+  char *keep;
+  size_t keep_len, keep_alloc;
+  size_t tail_cap;     /* ring of the last tail_cap bytes */
+  char *tail;
+  size_t tail_len, tail_alloc, tail_pos;
+  uint64_t total;      /* bytes the child wrote */
+} stream;
+
+typedef struct proc_ud {
+  corral_run *run; /* NULL once the result is delivered (or the state is closing) */
+  lua_Integer pid;
+  int done;
+} proc_ud;
+
+struct corral_run {
+  corral_loop *cl;
+  corral_run *next, **prevp; /* cl->runs */
+  proc_ud *ud;
+  int self_ref;    /* registry: the proc userdata, until on_exit ran */
+  int on_exit_ref; /* registry: on_exit */
+  int handles;     /* initialised handles whose close callback has not run yet */
+  uv_process_t process;
+  uv_timer_t t_timeout, t_kill, t_drain;
+  stream out, err, rep;
+  uv_pipe_t in;
+  int in_state;
+  uv_write_t wreq;
+  uv_shutdown_t sreq;
+  char *in_data;
+  size_t in_len;
+  uint64_t timeout_ms, grace_ms;
+  uint64_t t_start, t_end;
+  int pid;
+  int64_t exit_status;
+  int term_signal;
+  const char *overflow;
+  unsigned process_init : 1, spawned : 1, exited : 1, ending : 1, finishing : 1;
+  unsigned timed_out : 1, killed : 1, kill_on_overflow : 1, has_timeout : 1, report : 1;
+};
+
+/* ---- closing and freeing --------------------------------------------------------------------- */
+
+static void run_complete(corral_run *r);
+
+static void handle_closed(uv_handle_t *h) {
+  corral_run *r = (corral_run *)h->data;
+  if (--r->handles == 0) run_complete(r);
+}
+
+static void close_handle(uv_handle_t *h) {
+  if (!uv_is_closing(h)) uv_close(h, handle_closed);
+}
+
+static void stream_close(stream *st) {
+  if (st->state != ST_OPEN) return;
+  st->state = ST_CLOSED;
+  close_handle((uv_handle_t *)&st->pipe);
+}
+
+static void stdin_close(corral_run *r) {
+  if (r->in_state != ST_OPEN) return;
+  r->in_state = ST_CLOSED;
+  close_handle((uv_handle_t *)&r->in);
+}
+
+static void close_outputs(corral_run *r) {
+  stream_close(&r->out);
+  stream_close(&r->err);
+  stream_close(&r->rep);
+}
+
+/* Close everything (spawn failure, teardown). */
+static void close_all(corral_run *r) {
+  close_outputs(r);
+  stdin_close(r);
+  close_handle((uv_handle_t *)&r->t_timeout);
+  close_handle((uv_handle_t *)&r->t_kill);
+  close_handle((uv_handle_t *)&r->t_drain);
+  if (r->process_init) close_handle((uv_handle_t *)&r->process);
+}
+
+static void stream_free(stream *st) {
+  free(st->keep);
+  free(st->tail);
+  st->keep = st->tail = NULL;
+}
+
+static void run_free(corral_run *r) {
+  stream_free(&r->out);
+  stream_free(&r->err);
+  stream_free(&r->rep);
+  free(r->in_data);
+  free(r);
+}
+
+static void run_unlink(corral_run *r) {
+  if (r->prevp == NULL) return;
+  *r->prevp = r->next;
+  if (r->next) r->next->prevp = r->prevp;
+  r->next = NULL;
+  r->prevp = NULL;
+}
+
+/* ---- signals --------------------------------------------------------------------------------- */
+
+static void signal_pid(corral_run *r, int sig) {
+  if (r->pid > 0) kill(r->pid, sig);
+}
+
+static void signal_group(corral_run *r, int sig) {
+  if (r->pid > 1) kill(-r->pid, sig);
+}
+
+static void maybe_finish(corral_run *r) {
+  if (!r->exited || r->finishing) return;
+  if (r->out.state == ST_OPEN || r->err.state == ST_OPEN || r->rep.state == ST_OPEN) return;
+  r->finishing = 1;
+  stdin_close(r);
+  close_handle((uv_handle_t *)&r->t_timeout);
+  close_handle((uv_handle_t *)&r->t_kill);
+  close_handle((uv_handle_t *)&r->t_drain);
+  /* the process handle was closed in exit_cb; run_complete follows the last close callback */
+}
+
+static void kill_cb(uv_timer_t *t) {
+  corral_run *r = (corral_run *)t->data;
+  if (r->exited) return;
+  signal_pid(r, SIGKILL);
+  signal_group(r, SIGKILL);
+}
+
+/* End the run now: timeout, overflow, proc:kill(). */
+static void end_run(corral_run *r) {
+  if (r->exited) { /* the launcher is gone: stop waiting for the pipes */
+    signal_group(r, SIGKILL);
+    close_outputs(r);
+    maybe_finish(r);
+    return;
+  }
+  if (r->ending) return;
+  r->ending = 1;
+  uv_timer_stop(&r->t_timeout);
+  signal_pid(r, SIGTERM);
+  if (r->grace_ms == 0)
+    kill_cb(&r->t_kill);
+  else
+    uv_timer_start(&r->t_kill, kill_cb, r->grace_ms, 0);
+}
+
+static void timeout_cb(uv_timer_t *t) {
+  corral_run *r = (corral_run *)t->data;
+  if (r->exited || r->ending) return;
+  r->timed_out = 1;
+  end_run(r);
+}
+
+static void drain_cb(uv_timer_t *t) {
+  corral_run *r = (corral_run *)t->data;
+  signal_group(r, SIGKILL);
+  close_outputs(r);
+  maybe_finish(r);
+}
+
+static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
+  corral_run *r = (corral_run *)p->data;
+  r->t_end = uv_hrtime();
+  r->exited = 1;
+  r->exit_status = exit_status;
+  r->term_signal = term_signal;
+  uv_timer_stop(&r->t_timeout);
+  uv_timer_stop(&r->t_kill);
+  close_handle((uv_handle_t *)p);
+  stdin_close(r); /* the program is gone; nobody should still read it */
+  if (r->out.state == ST_OPEN || r->err.state == ST_OPEN || r->rep.state == ST_OPEN)
+    uv_timer_start(&r->t_drain, drain_cb, r->grace_ms, 0);
+  maybe_finish(r);
+}
+
+/* ---- output ---------------------------------------------------------------------------------- */
+
+/* Grow *buf to hold need bytes (geometrically, at most max). */
+static int grow(char **buf, size_t *alloc, size_t need, size_t max) {
+  size_t n;
+  char *p;
+  if (need <= *alloc) return 0;
+  n = *alloc ? *alloc * 2 : 4096;
+  if (n < need) n = need;
+  if (n > max) n = max;
+  p = (char *)realloc(*buf, n);
+  if (p == NULL) return -1;
+  *buf = p;
+  *alloc = n;
+  return 0;
+}
+
+static void tail_push(stream *st, const char *data, size_t n) {
+  size_t cap = st->tail_cap, first;
+  if (cap == 0) return;
+  if (n >= cap) {
+    if (grow(&st->tail, &st->tail_alloc, cap, cap) < 0) goto nomem;
+    memcpy(st->tail, data + (n - cap), cap);
+    st->tail_len = cap;
+    st->tail_pos = 0;
+    return;
+  }
+  if (st->tail_len < cap) { /* still filling linearly */
+    size_t k = cap - st->tail_len;
+    if (k > n) k = n;
+    if (grow(&st->tail, &st->tail_alloc, st->tail_len + k, cap) < 0) goto nomem;
+    memcpy(st->tail + st->tail_len, data, k);
+    st->tail_len += k;
+    st->tail_pos = st->tail_len % cap;
+    data += k;
+    n -= k;
+    if (n == 0) return;
+  }
+  /* full ring: n < cap */
+  first = cap - st->tail_pos;
+  if (first > n) first = n;
+  memcpy(st->tail + st->tail_pos, data, first);
+  memcpy(st->tail, data + first, n - first);
+  st->tail_pos = (st->tail_pos + n) % cap;
+  return;
+nomem: /* keep going without a tail rather than fail the run */
+  free(st->tail);
+  st->tail = NULL;
+  st->tail_cap = st->tail_len = st->tail_alloc = st->tail_pos = 0;
+}
+
+static void stream_take(stream *st, const char *data, size_t n) {
+  if (st->keep_len < st->cap) {
+    size_t k = st->cap - st->keep_len;
+    if (k > n) k = n;
+    if (grow(&st->keep, &st->keep_alloc, st->keep_len + k, st->cap) == 0) {
+      memcpy(st->keep + st->keep_len, data, k);
+      st->keep_len += k;
+    } else {
+      st->cap = st->keep_len; /* out of memory: keep what we have */
+    }
+  }
+  st->total += n;
+  tail_push(st, data, n);
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  corral_run *r = (corral_run *)h->data;
+  (void)suggested;
+  buf->base = r->cl->scratch;
+  buf->len = sizeof r->cl->scratch;
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  stream *st = (stream *)s;
+  corral_run *r = st->run;
+  if (nread > 0) {
+    stream_take(st, buf->base, (size_t)nread);
+    if (r->kill_on_overflow && st != &r->rep && st->total > st->cap && r->overflow == NULL) {
+      r->overflow = st->name;
+      end_run(r);
+    }
+  } else if (nread < 0) { /* EOF, or an error such as ECONNRESET: this stream is over */
+    stream_close(st);
+    maybe_finish(r);
+  }
+}
+
+/* ---- stdin ----------------------------------------------------------------------------------- */
+
+static void write_cb(uv_write_t *req, int status) {
+  /* EPIPE, ECONNRESET: the child did not read it all, which is its business. */
+  if (status < 0) stdin_close((corral_run *)req->data);
+}
+
+static void shutdown_cb(uv_shutdown_t *req, int status) {
+  (void)status;
+  stdin_close((corral_run *)req->data);
+}
+
+static void start_stdin(corral_run *r) {
+  uv_buf_t b;
+  if (r->in_state != ST_OPEN) return;
+  if (r->in_len == 0) {
+    stdin_close(r);
+    return;
+  }
+  b.base = r->in_data;
+  b.len = r->in_len;
+  r->wreq.data = r;
+  r->sreq.data = r;
+  if (uv_write(&r->wreq, (uv_stream_t *)&r->in, &b, 1, write_cb) != 0) {
+    stdin_close(r);
+    return;
+  }
+  if (uv_shutdown(&r->sreq, (uv_stream_t *)&r->in, shutdown_cb) != 0) stdin_close(r);
+}
+
+/* ---- the result ------------------------------------------------------------------------------ */
+
+static void push_tail(lua_State *L, const stream *st) {
+  if (st->tail_len < st->tail_cap || st->tail_pos == 0) {
+    lua_pushlstring(L, st->tail ? st->tail : "", st->tail_len);
+  } else {
+    lua_pushlstring(L, st->tail + st->tail_pos, st->tail_cap - st->tail_pos);
+    lua_pushlstring(L, st->tail, st->tail_pos);
+    lua_concat(L, 2);
+  }
+}
+
+static void push_result(lua_State *L, const corral_run *r) {
+  lua_createtable(L, 0, 16);
+  lua_pushinteger(L, (lua_Integer)r->exit_status);
+  lua_setfield(L, -2, "exit_status");
+  lua_pushinteger(L, r->term_signal);
+  lua_setfield(L, -2, "term_signal");
+  lua_pushlstring(L, r->out.keep ? r->out.keep : "", r->out.keep_len);
+  lua_setfield(L, -2, "stdout");
+  lua_pushlstring(L, r->err.keep ? r->err.keep : "", r->err.keep_len);
+  lua_setfield(L, -2, "stderr");
+  lua_pushinteger(L, (lua_Integer)r->out.total);
+  lua_setfield(L, -2, "stdout_bytes");
+  lua_pushinteger(L, (lua_Integer)r->err.total);
+  lua_setfield(L, -2, "stderr_bytes");
+  push_tail(L, &r->out);
+  lua_setfield(L, -2, "stdout_tail");
+  push_tail(L, &r->err);
+  lua_setfield(L, -2, "stderr_tail");
+  if (r->report) {
+    lua_pushlstring(L, r->rep.keep ? r->rep.keep : "", r->rep.keep_len);
+    lua_setfield(L, -2, "report");
+  }
+  lua_pushboolean(L, r->timed_out);
+  lua_setfield(L, -2, "timed_out");
+  lua_pushboolean(L, r->killed);
+  lua_setfield(L, -2, "killed");
+  if (r->overflow) {
+    lua_pushstring(L, r->overflow);
+    lua_setfield(L, -2, "overflow");
+  }
+  lua_pushnumber(L, (lua_Number)(r->t_end - r->t_start) / 1e9);
+  lua_setfield(L, -2, "wall_s");
+  lua_pushinteger(L, r->pid);
+  lua_setfield(L, -2, "pid");
+}
+
+/* Run under corral_pcall: store the result in the proc, mark it done, call on_exit(res). */
+static int deliver(lua_State *L) {
+  corral_run *r = (corral_run *)lua_touserdata(L, 1);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->self_ref); /* 2: the proc */
+  push_result(L, r);                              /* 3: res */
+  lua_pushvalue(L, 3);
+  lua_setiuservalue(L, 2, 2);
+  if (r->ud) {
+    r->ud->run = NULL;
+    r->ud->done = 1;
+  }
+  if (r->on_exit_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->on_exit_ref);
+    lua_pushvalue(L, 3);
+    lua_call(L, 1, 0);
+  }
+  return 0;
+}
+
+/* Every handle of the run is closed. Outside a teardown, deliver the result on the main thread;
+ * then drop the references and free the C memory. */
+static void run_complete(corral_run *r) {
+  corral_loop *cl = r->cl;
+  lua_State *L = cl->L;
+  run_unlink(r);
+  if (!cl->closing && r->self_ref != LUA_NOREF) {
+    if (lua_checkstack(L, 8)) {
+      int top = lua_gettop(L);
+      lua_pushcfunction(L, deliver);
+      lua_pushlightuserdata(L, r);
+      corral_pcall(cl, L, 1);
+      lua_settop(L, top);
+    }
+    luaL_unref(L, LUA_REGISTRYINDEX, r->on_exit_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, r->self_ref);
+  }
+  if (r->ud) {
+    r->ud->run = NULL;
+    r->ud->done = 1;
+  }
+  run_free(r);
+}
+
+/* ---- teardown -------------------------------------------------------------------------------- */
+
+static void walk_close(uv_handle_t *h, void *arg) {
+  (void)arg;
+  close_handle(h); /* every handle of this loop belongs to a run */
+}
+
+void corral_runs_shutdown(corral_loop *cl) {
+  corral_run *r;
+  for (r = cl->runs; r != NULL; r = r->next) {
+    if (r->spawned && !r->exited) {
+      int status;
+      signal_pid(r, SIGKILL);
+      signal_group(r, SIGKILL);
+      /* Reap it ourselves: closing the process handle takes it off libuv's list. SIGKILL is
+       * not ignorable, so this wait is short. */
+      while (waitpid(r->pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      r->exited = 1;
+    }
+    close_all(r);
+  }
+  uv_walk(&cl->loop, walk_close, NULL);
+}
+
+/* ---- core.spawn ------------------------------------------------------------------------------ */
+
+static const char *const spawn_keys[] = {
+    "file", "args", "env", "stdin", "stdout_cap", "stderr_cap", "tail_bytes",
+    "kill_on_overflow", "report", "timeout", "grace", "on_exit", NULL,
+};
+
+/* Check that the option at stack index idx is nil or an array of strings without NUL bytes;
+ * returns its length. */
+static lua_Integer check_string_array(lua_State *L, int idx, const char *key, int need_eq) {
+  lua_Integer n, i;
+  if (lua_isnil(L, idx)) return 0;
+  if (lua_type(L, idx) != LUA_TTABLE)
+    luaL_argerror(L, 1, lua_pushfstring(L, "option '%s': table expected, got %s", key,
+                                        luaL_typename(L, idx)));
+  n = (lua_Integer)lua_rawlen(L, idx);
+  for (i = 1; i <= n; i++) {
+    size_t len;
+    const char *s;
+    if (lua_rawgeti(L, idx, i) != LUA_TSTRING)
+      luaL_argerror(L, 1, lua_pushfstring(L, "option '%s': item %I is a %s, not a string", key,
+                                          (LUAI_UACINT)i, luaL_typename(L, -1)));
+    s = lua_tolstring(L, -1, &len);
+    if (strlen(s) != len)
+      luaL_argerror(L, 1, lua_pushfstring(L, "option '%s': item %I contains a NUL byte", key,
+                                          (LUAI_UACINT)i));
+    if (need_eq && (strchr(s, '=') == NULL || s[0] == '='))
+      luaL_argerror(L, 1, lua_pushfstring(L, "option '%s': item %I is not NAME=VALUE", key,
+                                          (LUAI_UACINT)i));
+    lua_pop(L, 1);
+  }
+  return n;
+}
+
+/* A NULL-terminated char* array in a temporary userdata (collected with the call's stack);
+ * the strings stay referenced by the option table, which is argument 1. */
+static char **string_array(lua_State *L, int idx, lua_Integer n, const char *first) {
+  lua_Integer i, off = first ? 1 : 0;
+  char **v = (char **)lua_newuserdatauv(L, (size_t)(n + off + 1) * sizeof(char *), 0);
+  if (first) v[0] = (char *)first;
+  for (i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, i);
+    v[i - 1 + off] = (char *)lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  v[n + off] = NULL;
+  return v;
+}
+
+static int stream_init(corral_run *r, stream *st, const char *name, size_t cap,
+                       size_t tail_cap) {
+  int rc = uv_pipe_init(&r->cl->loop, &st->pipe, 0);
+  if (rc != 0) return rc;
+  st->pipe.data = r;
+  st->run = r;
+  st->name = name;
+  st->state = ST_OPEN;
+  st->cap = cap;
+  st->tail_cap = tail_cap;
+  r->handles++;
+  return 0;
+}
+
+static void stream_start(stream *st) {
+  if (st->state != ST_OPEN) return;
+  if (uv_read_start((uv_stream_t *)&st->pipe, alloc_cb, read_cb) != 0) stream_close(st);
+}
+
+static uint64_t seconds_to_ms(double s) {
+  return (uint64_t)ceil(s * 1000.0);
+}
+
+/* core.spawn(opts) -> proc | nil, err, code */
+int corral_spawn(lua_State *L) {
+  corral_loop *cl = corral_loop_up(L);
+  const char *file, *in;
+  size_t file_len, in_len;
+  lua_Integer nargs, nenv, out_cap, err_cap, tail;
+  int kill_on_overflow, report, has_timeout, rc;
+  double timeout, grace;
+  int i_args, i_env, i_exit, i_ud;
+  char **argv, **envp;
+  proc_ud *ud;
+  corral_run *r;
+  uv_stdio_container_t stdio[4];
+  uv_process_options_t o;
+  int self_ref, on_exit_ref = LUA_NOREF;
+
+  /* 1. options: every mistake raises before anything is acquired */
+  luaL_checktype(L, 1, LUA_TTABLE);
+  corral_check_keys(L, 1, spawn_keys);
+  file = corral_opt_string(L, 1, "file", &file_len); /* stays on the stack, as do the others */
+  if (file == NULL) luaL_argerror(L, 1, "option 'file' is required");
+  if (file_len == 0 || strlen(file) != file_len)
+    luaL_argerror(L, 1, "option 'file': empty or contains a NUL byte");
+  lua_getfield(L, 1, "args");
+  i_args = lua_gettop(L);
+  nargs = check_string_array(L, i_args, "args", 0);
+  lua_getfield(L, 1, "env");
+  i_env = lua_gettop(L);
+  nenv = check_string_array(L, i_env, "env", 1);
+  in = corral_opt_string(L, 1, "stdin", &in_len);
+  lua_getfield(L, 1, "on_exit");
+  i_exit = lua_gettop(L);
+  if (!lua_isnil(L, i_exit) && lua_type(L, i_exit) != LUA_TFUNCTION)
+    luaL_argerror(L, 1, lua_pushfstring(L, "option 'on_exit': function expected, got %s",
+                                        luaL_typename(L, i_exit)));
+  out_cap = corral_opt_integer(L, 1, "stdout_cap", DEFAULT_CAP, 0, MAX_CAP);
+  err_cap = corral_opt_integer(L, 1, "stderr_cap", DEFAULT_CAP, 0, MAX_CAP);
+  tail = corral_opt_integer(L, 1, "tail_bytes", 0, 0, MAX_CAP);
+  kill_on_overflow = corral_opt_boolean(L, 1, "kill_on_overflow", 0);
+  report = corral_opt_boolean(L, 1, "report", 0);
+  timeout = corral_opt_number(L, 1, "timeout", -1.0, 0.0, 1e7);
+  has_timeout = timeout >= 0.0;
+  grace = corral_opt_number(L, 1, "grace", DEFAULT_GRACE, 0.0, 3600.0);
+
+  argv = string_array(L, i_args, nargs, file);
+  envp = string_array(L, i_env, nenv, NULL); /* {NULL}: an empty environment */
+
+  /* 2. the userdata, not yet attached to a run; the references (may raise: nothing in C yet) */
+  ud = (proc_ud *)lua_newuserdatauv(L, sizeof *ud, 2);
+  ud->run = NULL;
+  ud->pid = 0;
+  ud->done = 0;
+  luaL_setmetatable(L, CORRAL_PROC_MT);
+  lua_pushvalue(L, lua_upvalueindex(1)); /* the loop lives as long as the proc */
+  lua_setiuservalue(L, -2, 1);
+  i_ud = lua_gettop(L);
+  if (!lua_isnil(L, i_exit)) {
+    lua_pushvalue(L, i_exit);
+    on_exit_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  lua_pushvalue(L, i_ud);
+  self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+
+  /* 3. C memory; from here nothing raises until the run is consistent */
+  r = (corral_run *)calloc(1, sizeof *r);
+  if (r != NULL && in != NULL && in_len > 0) {
+    r->in_data = (char *)malloc(in_len);
+    if (r->in_data == NULL) {
+      free(r);
+      r = NULL;
+    } else {
+      memcpy(r->in_data, in, in_len);
+      r->in_len = in_len;
+    }
+  }
+  if (r == NULL) {
+    luaL_unref(L, LUA_REGISTRYINDEX, self_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, on_exit_ref);
+    return corral_fail_errno(L, ENOMEM, "cannot spawn %s", file);
+  }
+  r->cl = cl;
+  r->self_ref = self_ref;
+  r->on_exit_ref = on_exit_ref;
+  r->timeout_ms = has_timeout ? seconds_to_ms(timeout) : 0;
+  r->grace_ms = seconds_to_ms(grace);
+  r->has_timeout = has_timeout != 0;
+  r->kill_on_overflow = kill_on_overflow != 0;
+  r->report = report != 0;
+  r->next = cl->runs;
+  if (cl->runs) cl->runs->prevp = &r->next;
+  r->prevp = &cl->runs;
+  cl->runs = r;
+
+  uv_timer_init(&cl->loop, &r->t_timeout);
+  uv_timer_init(&cl->loop, &r->t_kill);
+  uv_timer_init(&cl->loop, &r->t_drain);
+  r->t_timeout.data = r->t_kill.data = r->t_drain.data = r;
+  r->handles += 3;
+
+  memset(stdio, 0, sizeof stdio);
+  rc = 0;
+  if (in != NULL) {
+    rc = uv_pipe_init(&cl->loop, &r->in, 0);
+    if (rc == 0) {
+      r->in.data = r;
+      r->in_state = ST_OPEN;
+      r->handles++;
+      stdio[0].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_READABLE_PIPE);
+      stdio[0].data.stream = (uv_stream_t *)&r->in;
+    }
+  } else {
+    stdio[0].flags = UV_IGNORE; /* libuv gives the child /dev/null */
+  }
+  if (rc == 0) rc = stream_init(r, &r->out, "stdout", (size_t)out_cap, (size_t)tail);
+  if (rc == 0) rc = stream_init(r, &r->err, "stderr", (size_t)err_cap, (size_t)tail);
+  if (rc == 0 && report) rc = stream_init(r, &r->rep, "report", REPORT_CAP, 0);
+  stdio[1].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
+  stdio[1].data.stream = (uv_stream_t *)&r->out.pipe;
+  stdio[2].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
+  stdio[2].data.stream = (uv_stream_t *)&r->err.pipe;
+  stdio[3].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE); /* the child writes */
+  stdio[3].data.stream = (uv_stream_t *)&r->rep.pipe;
+
+  if (rc == 0) {
+    memset(&o, 0, sizeof o);
+    o.exit_cb = exit_cb;
+    o.file = file;
+    o.args = argv;
+    o.env = envp;
+    o.stdio_count = report ? 4 : 3;
+    o.stdio = stdio;
+    /* a new session for every child, launcher or not, so that ending the run can always
+     * signal its whole process group */
+    o.flags = UV_PROCESS_DETACHED;
+    r->t_start = uv_hrtime();
+    rc = uv_spawn(&cl->loop, &r->process, &o);
+    r->process.data = r;
+    r->process_init = 1; /* uv_spawn initialises the handle even when it fails */
+    r->handles++;
+  }
+  if (rc != 0) {
+    /* Nothing is left open: the pipes' fds are closed by uv_close now, the C memory is freed by
+     * the close callbacks on the next turn of the loop. */
+    luaL_unref(L, LUA_REGISTRYINDEX, self_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, on_exit_ref);
+    r->self_ref = r->on_exit_ref = LUA_NOREF;
+    close_all(r);
+    return corral_fail_uv(L, rc, "cannot spawn %s", file);
+  }
+
+  /* 4. running */
+  r->spawned = 1;
+  r->pid = r->process.pid;
+  r->ud = ud;
+  ud->run = r;
+  ud->pid = r->pid;
+  stream_start(&r->out);
+  stream_start(&r->err);
+  stream_start(&r->rep);
+  start_stdin(r);
+  if (r->has_timeout) uv_timer_start(&r->t_timeout, timeout_cb, r->timeout_ms, 0);
+  lua_pushvalue(L, i_ud);
+  return 1;
+}
+
+/* ---- corral.proc ----------------------------------------------------------------------------- */
+
+static proc_ud *check_proc(lua_State *L) {
+  return (proc_ud *)luaL_checkudata(L, 1, CORRAL_PROC_MT);
+}
+
+static int proc_pid(lua_State *L) {
+  lua_pushinteger(L, check_proc(L)->pid);
+  return 1;
+}
+
+/* proc:kill() -> true if this call started ending the run, false if it was ending or done. */
+static int proc_kill(lua_State *L) {
+  proc_ud *ud = check_proc(L);
+  corral_run *r = ud->run;
+  int started = 0;
+  if (r != NULL && !r->finishing) {
+    if (!r->exited && !r->ending) {
+      r->killed = 1;
+      started = 1;
+    }
+    end_run(r);
+  }
+  lua_pushboolean(L, started);
+  return 1;
+}
+
+static int proc_done(lua_State *L) {
+  lua_pushboolean(L, check_proc(L)->done);
+  return 1;
+}
+
+static int proc_result(lua_State *L) {
+  proc_ud *ud = check_proc(L);
+  if (!ud->done) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_getiuservalue(L, 1, 2);
+  return 1;
+}
+
+static int proc_tostring(lua_State *L) {
+  proc_ud *ud = check_proc(L);
+  lua_pushfstring(L, "corral.proc (pid %I, %s)", (LUAI_UACINT)ud->pid,
+                  ud->done ? "done" : ud->run ? "running" : "detached");
+  return 1;
+}
+
+/* __gc: only reached for a running proc when the Lua state closes (until then the registry
+ * holds it); the loop's own teardown then kills the child. Detach so nothing points here. */
+static int proc_gc(lua_State *L) {
+  proc_ud *ud = check_proc(L);
+  if (ud->run != NULL) {
+    ud->run->ud = NULL;
+    ud->run = NULL;
+  }
+  return 0;
+}
+
+void corral_proc_open(lua_State *L) {
+  static const luaL_Reg methods[] = {
+      {"pid", proc_pid},
+      {"kill", proc_kill},
+      {"done", proc_done},
+      {"result", proc_result},
+      {NULL, NULL},
+  };
+  luaL_newmetatable(L, CORRAL_PROC_MT);
+  lua_newtable(L);
+  luaL_setfuncs(L, methods, 0);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, proc_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, proc_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+}

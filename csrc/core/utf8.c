@@ -1,0 +1,96 @@
+/*
+ * corral.core: utf8_repair.
+ *
+ * utf8_repair() is a pure function (no Lua, no allocation) so that a fuzz harness can build this
+ * file alone: cc -DCORRAL_UTF8_NO_LUA -c utf8.c. It gives the same bytes as Python's
+ * bytes.decode("utf-8", "replace").encode("utf-8"): each maximal subpart of an ill-formed
+ * sequence (Unicode 3.9, "U+FFFD Substitution of Maximal Subparts") becomes one U+FFFD. A
+ * maximal subpart is the longest prefix of a well-formed sequence, or one byte when the first
+ * byte cannot start one: E2 82 at the end is one U+FFFD; F0 80 is two (80 cannot follow F0);
+ * ED A0 (a surrogate), C0 and C1 (overlong), F5..FF (beyond U+10FFFF) each stand alone.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#ifdef CORRAL_UTF8_NO_LUA
+size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out, int *valid);
+#else
+#include "core.h"
+#endif
+
+static const unsigned char REPLACEMENT[3] = {0xEF, 0xBF, 0xBD};
+
+size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out, int *valid) {
+  size_t i = 0, o = 0;
+  int ok = 1;
+  while (i < n) {
+    unsigned char b = in[i];
+    size_t need, j;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (b < 0x80) {
+      if (out) out[o] = b;
+      o++;
+      i++;
+      continue;
+    }
+    if (b >= 0xC2 && b <= 0xDF) {
+      need = 1;
+    } else if (b == 0xE0) {
+      need = 2;
+      lo = 0xA0;
+    } else if (b == 0xED) {
+      need = 2;
+      hi = 0x9F;
+    } else if (b >= 0xE1 && b <= 0xEF) {
+      need = 2;
+    } else if (b == 0xF0) {
+      need = 3;
+      lo = 0x90;
+    } else if (b >= 0xF1 && b <= 0xF3) {
+      need = 3;
+    } else if (b == 0xF4) {
+      need = 3;
+      hi = 0x8F;
+    } else {
+      need = 0; /* 80..C1, F5..FF never start a sequence */
+    }
+    j = i + 1;
+    if (need > 0 && j < n && in[j] >= lo && in[j] <= hi) {
+      j++;
+      while (j < n && j - i <= need && in[j] >= 0x80 && in[j] <= 0xBF) j++;
+      if (j - i == need + 1) { /* well formed */
+        if (out) memcpy(out + o, in + i, need + 1);
+        o += need + 1;
+        i = j;
+        continue;
+      }
+    }
+    /* in[i..j) is a maximal subpart */
+    ok = 0;
+    if (out) memcpy(out + o, REPLACEMENT, sizeof REPLACEMENT);
+    o += sizeof REPLACEMENT;
+    i = j;
+  }
+  if (valid) *valid = ok;
+  return o;
+}
+
+#ifndef CORRAL_UTF8_NO_LUA
+/* core.utf8_repair(s) -> s2, valid */
+int corral_utf8_repair(lua_State *L) {
+  size_t n, m;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  int valid;
+  luaL_Buffer b;
+  m = utf8_repair(s, n, NULL, &valid);
+  if (valid) {
+    lua_settop(L, 1);
+    lua_pushboolean(L, 1);
+    return 2;
+  }
+  utf8_repair(s, n, (unsigned char *)luaL_buffinitsize(L, &b, m), NULL);
+  luaL_pushresultsize(&b, m);
+  lua_pushboolean(L, 0);
+  return 2;
+}
+#endif

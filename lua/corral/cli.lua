@@ -1,0 +1,287 @@
+--- The `corral` command line: run, probe, policies.
+-- Exit codes of `corral run`: the program's own code; 124 when it timed out; 128+N when a signal
+-- ended it; 125 when the sandbox itself failed; 2 for a usage error.
+local M = {}
+
+local EXIT_USAGE, EXIT_SANDBOX, EXIT_TIMEOUT = 2, 125, 124
+
+local USAGE = {
+  main = [[
+usage: corral COMMAND [OPTIONS]
+
+Run untrusted Python under hard limits and report exactly what happened.
+
+commands:
+  run        run a Python file (or - for stdin) in the sandbox
+  probe      show what this host supports and what a policy will apply
+  policies   list the policies corral can load
+  help       show this text; `corral COMMAND --help` shows a command's options
+
+`corral --version` prints the version.
+]],
+  run = [[
+usage: corral run [OPTIONS] FILE|-
+
+Runs FILE (or the code read from standard input, for -) with the policy's limits, prints the
+program's stdout and stderr and exits with its exit code.
+
+options:
+  --policy P                   policy name or path to a .lua policy file (default: default)
+  --timeout S                  wall-clock seconds (default 5)
+  --cpu S                      CPU seconds (default 3)
+  --memory MB                  address-space limit in MiB (default 256)
+  --file-size MB               largest file the program may write, MiB (default 1)
+  --processes N                process limit (default 32)
+  --open-files N               open-file limit (default 64)
+  --max-output BYTES           bytes kept per stream (default 20000)
+  --require-network-isolation  fail (exit 125) instead of running with the host network
+  --stdin FILE                 feed FILE to the program's stdin (default: empty)
+  --python PATH                interpreter (default: python3 from the sandbox's PATH)
+  --json                       print one JSON object with the result instead of the output
+  -h, --help                   show this text
+
+exit status: the program's; 124 timed out; 128+N killed by signal N; 125 the sandbox failed;
+2 usage error.
+]],
+  probe = [[
+usage: corral probe [--policy P] [--json]
+
+Shows what this host supports (namespaces, uid switching, rlimits, bubblewrap) and what the
+policy will apply here.
+]],
+  policies = [[
+usage: corral policies [--json]
+
+Lists the policies found on the policy path (CORRAL_POLICY_PATH, then the shipped ones).
+]],
+}
+
+local function say(stream, s) stream:write(s) end
+
+local function usage_error(cmd, msg)
+  say(io.stderr, "corral" .. (cmd and (" " .. cmd) or "") .. ": " .. msg .. "\n")
+  say(io.stderr, "try 'corral " .. (cmd and (cmd .. " ") or "") .. "--help'\n")
+  return EXIT_USAGE
+end
+
+-- Option tables: flag → {key, kind}
+local RUN_FLAGS = {
+  ["--policy"] = { "policy", "string" },
+  ["--timeout"] = { "timeout", "number" },
+  ["--cpu"] = { "cpu_seconds", "integer" },
+  ["--memory"] = { "memory_mb", "integer" },
+  ["--file-size"] = { "file_mb", "integer" },
+  ["--processes"] = { "processes", "integer" },
+  ["--open-files"] = { "open_files", "integer" },
+  ["--max-output"] = { "max_output", "integer" },
+  ["--stdin"] = { "stdin_file", "string" },
+  ["--python"] = { "python", "string" },
+  ["--require-network-isolation"] = { "require_network_isolation", "flag" },
+  ["--json"] = { "json", "flag" },
+}
+
+--- Parse `args` (from index `i`) against `flags`.
+-- @return options table, positional arguments; or nil, error message
+local function parse(args, i, flags)
+  local opts, pos = {}, {}
+  while i <= #args do
+    local a = args[i]
+    local name, inline = a:match("^(%-%-[%w%-]+)=(.*)$")
+    name = name or a
+    if a == "--" then
+      for j = i + 1, #args do pos[#pos + 1] = args[j] end
+      break
+    elseif a == "-h" or a == "--help" then
+      opts.help = true
+    elseif name:sub(1, 2) == "--" then
+      local spec = flags[name]
+      if not spec then return nil, "unknown option " .. name end
+      local key, kind = spec[1], spec[2]
+      if kind == "flag" then
+        if inline then return nil, "option " .. name .. " takes no value" end
+        opts[key] = true
+      else
+        local v = inline
+        if not v then
+          i = i + 1
+          v = args[i]
+          if v == nil then return nil, "option " .. name .. " needs a value" end
+        end
+        if kind == "number" or kind == "integer" then
+          local n = tonumber(v)
+          if not n or n ~= n then return nil, "option " .. name .. " needs a number, got '" .. v .. "'" end
+          if kind == "integer" and math.floor(n) ~= n then
+            return nil, "option " .. name .. " needs a whole number, got '" .. v .. "'"
+          end
+          v = kind == "integer" and math.floor(n) or n
+        end
+        opts[key] = v
+      end
+    else
+      pos[#pos + 1] = a
+    end
+    i = i + 1
+  end
+  return opts, pos
+end
+
+local function read_file(path)
+  local f, err
+  if path == "-" then f = io.stdin else f, err = io.open(path, "rb") end
+  if not f then return nil, err end
+  local data = f:read("a")
+  if f ~= io.stdin then f:close() end
+  if not data then return nil, "cannot read " .. path end
+  return data
+end
+
+local function json_lib()
+  local ok, cjson = pcall(require, "cjson")
+  if not ok then return nil end
+  return cjson
+end
+
+-- The JSON object of `corral run --json`: exactly the result fields (and `error` on failure).
+local function result_object(res, cjson, err, code)
+  local null = cjson.null
+  if not res then
+    return {
+      ok = false, stdout = "", stderr = "", returncode = null, timed_out = false, truncated = false,
+      network_isolated = false, limits = {}, reason = null, signal = null,
+      usage = { wall_s = 0, cpu_user_s = 0, cpu_sys_s = 0, max_rss_kb = 0 },
+      error = { kind = code or "error", message = err },
+    }
+  end
+  return {
+    ok = res.ok, stdout = res.stdout, stderr = res.stderr, returncode = res.returncode,
+    timed_out = res.timed_out, truncated = res.truncated, network_isolated = res.network_isolated,
+    limits = res.limits, reason = res.reason, signal = res.signal or null,
+    usage = { wall_s = res.usage.wall_s, cpu_user_s = res.usage.cpu_user_s,
+              cpu_sys_s = res.usage.cpu_sys_s, max_rss_kb = res.usage.max_rss_kb },
+  }
+end
+
+local function cmd_run(args)
+  local opts, pos = parse(args, 2, RUN_FLAGS)
+  if not opts then return usage_error("run", pos) end
+  if opts.help then say(io.stdout, USAGE.run) return 0 end
+  if #pos ~= 1 then return usage_error("run", #pos == 0 and "missing FILE (or - for stdin)" or "only one FILE may be given") end
+  local cjson
+  if opts.json then
+    cjson = json_lib()
+    if not cjson then say(io.stderr, "corral run: --json needs lua-cjson (apt-get install lua-cjson)\n") return EXIT_SANDBOX end
+  end
+  local code, err = read_file(pos[1])
+  if not code then return usage_error("run", "cannot read " .. pos[1] .. ": " .. tostring(err)) end
+  local json = opts.json
+  opts.json = nil
+  if opts.stdin_file then
+    if pos[1] == "-" and opts.stdin_file == "-" then return usage_error("run", "FILE and --stdin cannot both be -") end
+    local data, e = read_file(opts.stdin_file)
+    if not data then return usage_error("run", "cannot read --stdin " .. opts.stdin_file .. ": " .. tostring(e)) end
+    opts.stdin = data
+    opts.stdin_file = nil
+  end
+  local corral = require "corral"
+  local ok, res, rerr, rcode = pcall(corral.run_python, code, opts)
+  if not ok then
+    -- a bad option value: the message names it
+    return usage_error("run", (tostring(res):gsub("^run_python: ", "")))
+  end
+  if json then
+    say(io.stdout, cjson.encode(result_object(res, cjson, rerr, rcode)) .. "\n")
+  elseif res then
+    io.stdout:write(res.stdout)
+    io.stdout:flush()
+    io.stderr:write(res.stderr)
+    if res.truncated then say(io.stderr, "\ncorral: output truncated at " .. (opts.max_output or 20000) .. " bytes per stream\n") end
+    if res.timed_out then say(io.stderr, "corral: timed out\n")
+    elseif res.reason ~= "exit" then say(io.stderr, "corral: ended by " .. res.reason .. (res.signal and (" (signal " .. res.signal .. ")") or "") .. "\n") end
+  end
+  if not res then
+    if not json then say(io.stderr, "corral run: " .. tostring(rerr) .. "\n") end
+    return EXIT_SANDBOX
+  end
+  if res.timed_out then return EXIT_TIMEOUT end
+  if res.signal then return 128 + res.signal end
+  return res.returncode & 255
+end
+
+local function yesno(b) return b and "yes" or "no" end
+
+local function cmd_probe(args)
+  local opts, pos = parse(args, 2, { ["--json"] = { "json", "flag" }, ["--policy"] = { "policy", "string" } })
+  if not opts then return usage_error("probe", pos) end
+  if opts.help then say(io.stdout, USAGE.probe) return 0 end
+  if #pos > 0 then return usage_error("probe", "unexpected argument " .. pos[1]) end
+  local corral = require "corral"
+  local ok, p, err = pcall(corral.probe, opts.policy)
+  if not ok then return usage_error("probe", tostring(p)) end
+  if not p then say(io.stderr, "corral probe: " .. tostring(err) .. "\n") return EXIT_SANDBOX end
+  if opts.json then
+    local cjson = json_lib()
+    if not cjson then say(io.stderr, "corral probe: --json needs lua-cjson\n") return EXIT_SANDBOX end
+    say(io.stdout, cjson.encode(p) .. "\n")
+    return 0
+  end
+  local lines = {
+    "launcher            " .. p.launcher,
+    "effective uid       " .. tostring(p.euid),
+    "network isolation   " .. yesno(p.network_isolation),
+    "pid namespace       " .. yesno(p.pid_namespace),
+    "per-run uid         " .. yesno(p.root and p.setuid),
+    "bubblewrap          " .. (p.bwrap or "no"),
+  }
+  local names = {}
+  for name in pairs(p.caps) do names[#names + 1] = name end
+  table.sort(names)
+  lines[#lines + 1] = "kernel:"
+  for _, name in ipairs(names) do
+    local c = p.caps[name]
+    lines[#lines + 1] = string.format("  %-28s %s%s", name, yesno(c.ok),
+      c.ok and "" or ("  (" .. (c.errno or "") .. (c.message and (": " .. c.message) or "") .. ")"))
+  end
+  local rl = {}
+  for name, okr in pairs(p.rlimits) do rl[#rl + 1] = name .. (okr and "" or "(refused)") end
+  table.sort(rl)
+  lines[#lines + 1] = "rlimits             " .. table.concat(rl, " ")
+  local pol = p.policy
+  lines[#lines + 1] = "policy " .. pol.name .. ": network " .. tostring(pol.network) ..
+    ", pid namespace " .. yesno(pol.pid_namespace) .. (pol.run_uid and (", run uids " .. pol.run_uid) or "")
+  say(io.stdout, table.concat(lines, "\n") .. "\n")
+  return 0
+end
+
+local function cmd_policies(args)
+  local opts, pos = parse(args, 2, { ["--json"] = { "json", "flag" } })
+  if not opts then return usage_error("policies", pos) end
+  if opts.help then say(io.stdout, USAGE.policies) return 0 end
+  if #pos > 0 then return usage_error("policies", "unexpected argument " .. pos[1]) end
+  local list = require("corral").policies()
+  if opts.json then
+    local cjson = json_lib()
+    if not cjson then say(io.stderr, "corral policies: --json needs lua-cjson\n") return EXIT_SANDBOX end
+    say(io.stdout, cjson.encode(list) .. "\n")
+    return 0
+  end
+  for _, p in ipairs(list) do
+    say(io.stdout, string.format("%-12s %s\n             %s\n", p.name, p.description or "", p.path))
+  end
+  return 0
+end
+
+--- Entry point: `args` is the script's `arg` table; returns the exit status.
+function M.main(args)
+  local cmd = args[1]
+  if cmd == nil or cmd == "help" or cmd == "-h" or cmd == "--help" then
+    say(cmd == nil and io.stderr or io.stdout, USAGE.main)
+    return cmd == nil and EXIT_USAGE or 0
+  end
+  if cmd == "--version" then say(io.stdout, require("corral")._VERSION .. "\n") return 0 end
+  if cmd == "run" then return cmd_run(args) end
+  if cmd == "probe" then return cmd_probe(args) end
+  if cmd == "policies" then return cmd_policies(args) end
+  return usage_error(nil, "unknown command '" .. cmd .. "'")
+end
+
+return M

@@ -1,0 +1,142 @@
+--- What this host can do, learnt once per process, and the per-run resources it hands out.
+-- The capability probe runs `corral-launch --probe` the first time it is needed and is cached for
+-- the life of the process: no probe process per run. Sandbox uids are taken from a range with an
+-- in-process set plus an flock per uid, so concurrent controllers on one machine never share one.
+local core = require "corral.core"
+local paths = require "corral.paths"
+
+local M = {}
+
+local cache = {}          -- probe results, interpreter paths
+local uids_in_use = {}    -- uid → lock object
+
+local function shell_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+--- Parse `corral-launch --probe` output into a table.
+-- @return table: `euid`, `caps` (name → {ok=bool, errno=, message=}), `rlimits` (name → bool)
+function M.parse_probe(text)
+  local p = { caps = {}, rlimits = {} }
+  for line in text:gmatch("[^\n]+") do
+    local name, rest = line:match("^probe (%S+) ?(.*)$")
+    if name == "euid" then
+      p.euid = tonumber(rest)
+    elseif name == "rlimit" then
+      local r, yes = rest:match("^(%S+) (%S+)")
+      if r then p.rlimits[r] = (yes == "yes") end
+    elseif name then
+      local yes, errno, msg = rest:match("^(%S+) ?(%S*) ?(.*)$")
+      p.caps[name] = { ok = (yes == "yes"), errno = errno ~= "" and errno or nil, message = msg ~= "" and msg or nil }
+    end
+  end
+  return p
+end
+
+--- Find an executable named `name` in a colon-separated search path.
+local function which(name, search)
+  for dir in search:gmatch("[^:]+") do
+    local path = dir .. "/" .. name
+    if core.access(path, "x") then return path end
+  end
+  return nil
+end
+M.which = which
+
+--- The host's capabilities (cached).
+-- @return table with `launcher`, `euid`, `root`, `caps`, `rlimits`, `network_isolation` (bool),
+-- `pid_namespace` (bool), `bwrap` (path or nil); or nil, message, code when the launcher is missing
+function M.probe()
+  if cache.probe then return cache.probe end
+  local launcher, err = paths.launcher()
+  if not launcher then return nil, err, "ENOENT" end
+  if not core.access(launcher, "x") then
+    return nil, "ENOENT: " .. launcher .. " is not an executable; run `make`", "ENOENT"
+  end
+  local f = io.popen(shell_quote(launcher) .. " --probe 2>&1", "r")
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  local p = M.parse_probe(text)
+  if not p.euid then
+    return nil, "EIO: `" .. launcher .. " --probe` gave no answer: " .. text:sub(1, 200), "EIO"
+  end
+  local caps = p.caps
+  local function ok(name) return caps[name] ~= nil and caps[name].ok end
+  p.launcher = launcher
+  p.root = (p.euid == 0)
+  p.network_isolation = ok("network-namespace") or (ok("user-namespace") and ok("userns-network-namespace"))
+  p.pid_namespace = ok("pid-namespace") or (ok("user-namespace") and ok("userns-pid-namespace"))
+  p.setuid = ok("setuid")
+  p.bwrap = which("bwrap", "/usr/bin:/bin:/usr/local/bin")
+  cache.probe = p
+  return p
+end
+
+--- Resolve the interpreter a run asks for.
+-- A name without a slash is looked up in `search` (the sandbox's own PATH, not the caller's: a
+-- pyenv shim or a virtualenv in a private home would not be reachable from inside).
+-- @return absolute path, or nil, message, code
+function M.interpreter(name, search)
+  local key = name .. "\0" .. search
+  if cache[key] then return cache[key] end
+  local path
+  if name:find("/", 1, true) then
+    path = core.access(name, "x") and name or nil
+  else
+    path = which(name, search)
+  end
+  if not path then
+    return nil, "ENOENT: interpreter '" .. name .. "' not found" ..
+      (name:find("/", 1, true) and "" or (" in " .. search)), "ENOENT"
+  end
+  cache[key] = path
+  return path
+end
+
+local function lock_dir()
+  if cache.lock_dir then return cache.lock_dir end
+  local dir = "/run/corral"
+  if not core.access("/run", "w") then dir = "/tmp/corral-uids-" .. core.geteuid() end
+  local ok, err, code = core.mkdir(dir, 448) -- 0700
+  if not ok and code ~= "EEXIST" then return nil, err, code end
+  local st = core.lstat(dir)
+  if not st or st.type ~= "directory" or st.uid ~= core.geteuid() or st.mode % 64 ~= 0 then
+    return nil, "EPERM: lock directory " .. dir .. " must be a directory owned by uid "
+      .. core.geteuid() .. " with mode 0700", "EPERM"
+  end
+  cache.lock_dir = dir
+  return dir
+end
+
+--- Take a free uid from `first`..`last` for one run.
+-- @return uid, or nil, message, code ("EBUSY" when every uid in the range is in use)
+function M.take_uid(first, last)
+  local dir, err, code = lock_dir()
+  if not dir then return nil, err, code end
+  for uid = first, last do
+    if not uids_in_use[uid] then
+      local lock = core.lock(dir .. "/uid-" .. uid)
+      if lock then
+        uids_in_use[uid] = lock
+        return uid
+      end
+    end
+  end
+  return nil, "EBUSY: every sandbox uid in " .. first .. "-" .. last .. " is in use", "EBUSY"
+end
+
+--- Give a uid back (after the run's last process is gone).
+function M.release_uid(uid)
+  local lock = uids_in_use[uid]
+  if lock then
+    uids_in_use[uid] = nil
+    lock:close()
+  end
+end
+
+--- Forget cached probe results (tests and `corral probe --fresh`).
+function M.reset()
+  cache = {}
+end
+
+return M

@@ -1,0 +1,281 @@
+--- corral: run untrusted Python under hard limits and report exactly what happened.
+--
+-- Conventions: bad options (unknown key, wrong type, out-of-range value, a value over the policy's
+-- maximum) raise an error that names the option, before anything starts. Runtime failures of the
+-- sandbox itself (launcher missing, work dir cannot be made, a protection that was required cannot
+-- be had, the launcher's setup failed) return `nil, message, code`, where `code` is a symbolic
+-- name such as "ENOENT", "ENOTSUP" or "EPERM" and `message` starts with it. `eval_in_sandbox`
+-- follows seed 003 instead and raises a SandboxError table.
+local core = require "corral.core"
+local options = require "corral.options"
+local policy = require "corral.policy"
+local hostmod = require "corral.host"
+
+local M = { _VERSION = "corral 0.1.0" }
+
+local SandboxError = { __name = "SandboxError" }
+SandboxError.__index = SandboxError
+SandboxError.__tostring = function(e) return "SandboxError(" .. e.kind .. "): " .. e.message end
+M.SandboxError = SandboxError
+
+--- Is `e` an error raised by `eval_in_sandbox`?
+function M.is_sandbox_error(e)
+  return getmetatable(e) == SandboxError
+end
+
+local function sandbox_error(kind, message)
+  return setmetatable({ kind = kind, message = message }, SandboxError)
+end
+
+-- Remove the run's directory and give back its uid. Returns an error message or nil.
+local function cleanup(run)
+  local err
+  if run.top then
+    local ok, e = core.rmtree(run.top)
+    if not ok then err = e end
+    run.top = nil
+  end
+  if run.uid then
+    hostmod.release_uid(run.uid)
+    run.uid = nil
+  end
+  return err
+end
+
+-- Make the run's directory: <tmp>/corral-XXXXXX/{code/<code_name>, work/}. The code is handed
+-- over in a file, never in argv (no E2BIG, no size limit but the disk's); `work` is the cwd, HOME
+-- and TMPDIR, owned by the run's uid when there is one.
+local function make_run(pol, opts, code, host)
+  local run = { euid = host.euid }
+  if host.root and host.setuid and pol.uid_range then
+    local uid, err, ecode = hostmod.take_uid(pol.uid_range[1], pol.uid_range[2])
+    if not uid then return nil, err, ecode end
+    run.uid, run.gid = uid, uid
+  end
+  local top, err, ecode = core.mkdtemp((pol.tmp_dir or "/tmp") .. "/corral-XXXXXX")
+  if not top then cleanup(run) return nil, err, ecode end
+  run.top = top
+  run.code_dir = top .. "/code"
+  run.code_path = run.code_dir .. "/" .. (pol.code_name or "main.py")
+  run.workdir = top .. "/work"
+  local shared = run.uid and 493 or 448 -- 0755 when another uid must read it, else 0700
+  local ok = true
+  local steps = {
+    function() return core.mkdir(run.code_dir, shared) end,
+    function() return core.write_file(run.code_path, code, 292) end, -- 0444
+    function() return core.mkdir(run.workdir, 448) end,              -- 0700
+    run.uid and function() return core.chmod(top, 457) end,          -- 0711: pass, not list
+    run.uid and function() return core.chown(run.workdir, run.uid, run.gid) end,
+  }
+  for i = 1, 5 do
+    if steps[i] then
+      ok, err, ecode = steps[i]()
+      if not ok then cleanup(run) return nil, err, ecode end
+    end
+  end
+  return run
+end
+
+-- Start one run; `what` names the public function for error messages; `extra` carries settings
+-- that are not public options (eval_in_sandbox's kill-on-overflow).
+local function launch(what, code, opts, on_done, extra)
+  local ok, pol = pcall(policy.load, opts.policy or (extra and extra.policy) or "default")
+  if not ok then error(what .. ": " .. tostring(pol), 3) end
+  local host, err, ecode = hostmod.probe()
+  if not host then return nil, err, ecode end
+  local o
+  ok, o, err, ecode = pcall(pol.prepare, pol, opts, host)
+  if not ok then error(what .. ": " .. tostring(o), 3) end
+  if not o then return nil, err, ecode end
+  local run
+  run, err, ecode = make_run(pol, o, code, host)
+  if not run then return nil, err, ecode end
+  local spawn_ok, proc, serr, scode = pcall(core.spawn, {
+    file = host.launcher,
+    args = pol:launch_args(o, run, host),
+    stdin = o.stdin,
+    stdout_cap = o.max_output,
+    stderr_cap = o.max_output,
+    tail_bytes = pol.tail_bytes or 1024,
+    kill_on_overflow = (extra and extra.kill_on_overflow) or pol.kill_on_overflow or false,
+    report = true,
+    timeout = o.timeout,
+    grace = pol.grace or 0.2,
+    on_exit = function(raw)
+      local res, rerr, rcode = pol:result(raw, o, run, host)
+      local cerr = cleanup(run)
+      if res and cerr then res.cleanup_error = cerr end
+      on_done(res, rerr, rcode, raw)
+    end,
+  })
+  if not spawn_ok then cleanup(run) error(proc, 0) end
+  if not proc then cleanup(run) return nil, serr, scode end
+  return proc
+end
+
+local function check_code(what, code)
+  if type(code) ~= "string" then error(what .. ": code must be a string, got " .. type(code), 3) end
+end
+
+--- Start a run without waiting: the loop calls `on_done(result)` or `on_done(nil, message, code)`
+-- when it has ended and been cleaned up. Drive the loop with `corral.run_loop()` (the HTTP
+-- controller runs it forever). Do not call `run_python` from inside `on_done`: start another run.
+-- @return a process handle (`:kill()`, `:pid()`), or nil, message, code
+function M.start(code, opts, on_done)
+  check_code("start", code)
+  if type(on_done) ~= "function" then error("start: on_done must be a function", 2) end
+  opts = options.check("start", opts, options.run_schema)
+  return launch("start", code, opts, on_done)
+end
+
+--- Run the loop (see `start`): mode "default" (until nothing is pending), "once" or "nowait".
+function M.run_loop(mode)
+  return core.run(mode or "default")
+end
+
+local function wait(what, code, opts, extra)
+  local result, rerr, rcode, raw
+  local finished = false
+  local proc, err, ecode = launch(what, code, opts, function(r, e, c, x)
+    result, rerr, rcode, raw, finished = r, e, c, x, true
+  end, extra)
+  if not proc then return nil, err, ecode end
+  while not finished do core.run("once") end
+  if not result then return nil, rerr, rcode, raw end
+  return result, nil, nil, raw
+end
+
+--- Run Python code under the policy's limits and wait for it.
+-- Options (seed 000's, with its defaults): timeout=5, cpu_seconds=3, memory_mb=256, file_mb=1,
+-- processes=32, max_output=20000, require_network_isolation=false; and policy ("default"; a name,
+-- a path or a policy table), python ("python3", looked up in the sandbox's PATH), stdin (bytes),
+-- open_files=64, env (extra variables).
+-- @return result table (ok, stdout, stderr, returncode, timed_out, truncated, network_isolated,
+-- limits, reason, signal, usage), or nil, message, code when the sandbox itself failed
+function M.run_python(code, opts)
+  check_code("run_python", code)
+  opts = options.check("run_python", opts, options.run_schema)
+  local res, err, ecode = wait("run_python", code, opts)
+  if not res then return nil, err, ecode end
+  return res
+end
+
+--- Run many programs at once on one loop, at most `concurrency` at a time.
+-- @param jobs array; each entry is a code string or a table `{code = "...", <run_python options>}`
+-- @param settings optional `{concurrency = n}` (default: the number of CPUs)
+-- @return array of results in job order; a job the sandbox could not run gets
+-- `{ok = false, error = {kind = code, message = message}}`
+function M.run_many(jobs, settings)
+  if type(jobs) ~= "table" then error("run_many: jobs must be an array, got " .. type(jobs), 2) end
+  settings = settings or {}
+  if type(settings) ~= "table" then error("run_many: settings must be a table", 2) end
+  for k in pairs(settings) do
+    if k ~= "concurrency" then error("run_many: setting '" .. tostring(k) .. "' is not known", 2) end
+  end
+  local limit = settings.concurrency or core.cpu_count()
+  if type(limit) ~= "number" or limit < 1 or math.floor(limit) ~= limit then
+    error("run_many: setting 'concurrency' must be a whole number >= 1", 2)
+  end
+  -- validate every job before starting any, so bad input starts nothing
+  local prepared = {}
+  for i, job in ipairs(jobs) do
+    local code, o
+    if type(job) == "string" then
+      code, o = job, {}
+    elseif type(job) == "table" then
+      code = job.code
+      o = {}
+      for k, v in pairs(job) do if k ~= "code" then o[k] = v end end
+    else
+      error("run_many: job " .. i .. " must be a string or a table, got " .. type(job), 2)
+    end
+    if type(code) ~= "string" then error("run_many: job " .. i .. ": code must be a string", 2) end
+    prepared[i] = { code = code, opts = options.check("run_many: job " .. i, o, options.run_schema) }
+  end
+  local results, running, next_job, total = {}, 0, 1, #prepared
+  local function failed(i, message, code)
+    results[i] = { ok = false, error = { kind = code or "error", message = message } }
+  end
+  local function start_more()
+    while running < limit and next_job <= total do
+      local i = next_job
+      next_job = next_job + 1
+      local ok, proc, err, ecode = pcall(launch, "run_many", prepared[i].code, prepared[i].opts,
+        function(res, rerr, rcode)
+          running = running - 1
+          if res then results[i] = res else failed(i, rerr, rcode) end
+          start_more()
+        end)
+      if not ok then failed(i, tostring(proc), "EINVAL")
+      elseif not proc then failed(i, err, ecode)
+      else running = running + 1 end
+    end
+  end
+  start_more()
+  while running > 0 do core.run("once") end
+  return results
+end
+
+local function strip(s)
+  return (s:gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+--- Seed 003's `eval_in_sandbox`: run code under bubblewrap (policy "bwrap") with the given limits.
+-- Options: mem_max_mb=100, cpu_max_time_sec=1, timeout_max_time_sec=10, io_max_kb=128 (per stream),
+-- and policy, python, stdin.
+-- @return `{returncode, stdout, stderr, ok}` with stripped output
+-- @raise a SandboxError table `{kind, message}`: kind "timeout", "output" (over io_max_kb),
+-- "encoding" (output not UTF-8), "unavailable" (bubblewrap or the launcher missing) or "sandbox"
+function M.eval_in_sandbox(code, opts)
+  check_code("eval_in_sandbox", code)
+  opts = options.check("eval_in_sandbox", opts, options.eval_schema)
+  local ro = {
+    timeout = opts.timeout_max_time_sec or 10,
+    cpu_seconds = opts.cpu_max_time_sec or 1,
+    memory_mb = opts.mem_max_mb or 100,
+    max_output = (opts.io_max_kb or 128) * 1024,
+    policy = opts.policy,
+    python = opts.python,
+    stdin = opts.stdin,
+  }
+  local res, err, ecode, raw = wait("eval_in_sandbox", code, ro, { kill_on_overflow = true, policy = "bwrap" })
+  if not res then
+    error(sandbox_error(ecode == "ENOENT" and "unavailable" or "sandbox", err), 2)
+  end
+  if res.timed_out then error(sandbox_error("timeout", "Process timed out"), 2) end
+  if res.reason == "output" or res.truncated then error(sandbox_error("output", "I/O buffer size exceeded"), 2) end
+  local _, out_ok = core.utf8_repair(raw.stdout)
+  local _, err_ok = core.utf8_repair(raw.stderr)
+  if not (out_ok and err_ok) then
+    error(sandbox_error("encoding", "Subprocess did not produce valid UTF-8"), 2)
+  end
+  return { returncode = res.returncode, stdout = strip(res.stdout), stderr = strip(res.stderr),
+           ok = res.returncode == 0 }
+end
+
+--- What this host supports and what a policy will apply.
+-- @param name policy name (default "default")
+-- @return table `{launcher, euid, root, network_isolation, pid_namespace, setuid, bwrap, caps,
+-- rlimits, policy}`, or nil, message, code
+function M.probe(name)
+  local host, err, ecode = hostmod.probe()
+  if not host then return nil, err, ecode end
+  local ok, pol = pcall(policy.load, name or "default")
+  if not ok then error("probe: " .. tostring(pol), 2) end
+  local out = {}
+  for k, v in pairs(host) do out[k] = v end
+  out.policy = { name = pol.name, description = pol.description, network = pol.network,
+                 pid_namespace = pol.pid_namespace,
+                 run_uid = (host.root and host.setuid and pol.uid_range) and
+                   (pol.uid_range[1] .. "-" .. pol.uid_range[2]) or nil }
+  return out
+end
+
+--- Policies found on the policy path: array of `{name, path, description}`.
+function M.policies()
+  return policy.list()
+end
+
+M.load_policy = policy.load
+
+return M

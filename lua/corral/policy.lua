@@ -1,0 +1,310 @@
+--- Policies: how a request becomes a launch plan, and how the outcome becomes a result.
+--
+-- A policy is a Lua file that returns a policy table. The simplest one extends a shipped policy
+-- and changes data:
+--
+--     local policy = require "corral.policy"
+--     return policy.load("default"):extend {
+--       name = "tenant-small",
+--       maxima = { timeout = 10, memory_mb = 128 },
+--       clamp = true,
+--     }
+--
+-- Fields (data): `name`, `description`, `defaults` (option defaults), `maxima` (largest value a
+-- caller may ask for, per option), `clamp` (true: lower an option over its maximum and say so in
+-- `result.clamped`; false: refuse the run naming the option), `python_path` (where an interpreter
+-- name is looked up), `python_args`, `env` (the sandbox's environment before HOME/TMPDIR),
+-- `network` ("new" or "host"), `pid_namespace`, `uid_range` ({first, last}, used when the
+-- controller is root), `tmp_dir`, `kill_on_overflow`, `grace`, `tail_bytes`.
+--
+-- Methods a policy may override, each called with the policy as `self`:
+-- `prepare(opts, host)` → opts (defaults, maxima, checks against the host; raise for a bad request,
+-- return nil, message, code when the host cannot do what is asked), `command(opts, run, host)` →
+-- argv of the program the launcher starts, `launch_args(opts, run, host)` → the launcher's argv,
+-- `classify(raw, opts, rep)` → reason string, `result(raw, opts, run, host)` → the result table.
+local core = require "corral.core"
+local paths = require "corral.paths"
+local report = require "corral.report"
+
+local M = {}
+local Policy = {}
+Policy.__index = Policy
+
+local SIGKILL, SIGXCPU, SIGXFSZ = 9, 24, 25
+
+--- Make a policy table from `spec`, inheriting the base behaviour.
+function M.new(spec)
+  return setmetatable(spec or {}, Policy)
+end
+
+--- A new policy that inherits everything from `self` and overrides what `spec` sets.
+-- Tables in `defaults`, `maxima` and `env` are merged key by key, not replaced.
+function Policy:extend(spec)
+  spec = spec or {}
+  for _, k in ipairs({ "defaults", "maxima", "env" }) do
+    if spec[k] and self[k] then
+      local merged = {}
+      for key, v in pairs(self[k]) do merged[key] = v end
+      for key, v in pairs(spec[k]) do merged[key] = v end
+      spec[k] = merged
+    end
+  end
+  spec.parent = self
+  return setmetatable(spec, { __index = self })
+end
+
+-- Options that fill a `limits` name when applied, for maxima checks in `prepare`.
+local NUMERIC = { "timeout", "cpu_seconds", "memory_mb", "file_mb", "processes", "open_files", "max_output" }
+
+--- Fill defaults, apply the policy's maxima, resolve the interpreter, check the host.
+-- Raises for a request over a maximum when `clamp` is false (the message names the option).
+-- @return opts, or nil, message, code when this host cannot honour the request
+function Policy:prepare(opts, host)
+  local o = {}
+  for k, v in pairs(self.defaults or {}) do o[k] = v end
+  for k, v in pairs(opts) do o[k] = v end
+  o.clamped = nil
+  local maxima = self.maxima or {}
+  for _, k in ipairs(NUMERIC) do
+    local max = maxima[k]
+    if max and o[k] and o[k] > max then
+      if self.clamp then
+        o.clamped = o.clamped or {}
+        o.clamped[#o.clamped + 1] = k
+        o[k] = max
+      else
+        error("option '" .. k .. "' is " .. tostring(o[k]) .. ", over the maximum of " .. tostring(max)
+          .. " that policy '" .. tostring(self.name) .. "' allows", 0)
+      end
+    end
+  end
+  local python, err, code = require("corral.host").interpreter(o.python or "python3", self.python_path)
+  if not python then return nil, err, code end
+  o.python_exe = python
+  if o.require_network_isolation and self.network ~= "new" then
+    return nil, "ENOTSUP: network isolation was required but policy '" .. tostring(self.name)
+      .. "' keeps the host network", "ENOTSUP"
+  end
+  if o.require_network_isolation and not host.network_isolation then
+    local c = host.caps["userns-network-namespace"] or host.caps["network-namespace"] or {}
+    return nil, "ENOTSUP: network isolation is not available here (" .. (c.message or c.errno or "refused")
+      .. "); run inside a container with --network none, or allow user namespaces", "ENOTSUP"
+  end
+  return o
+end
+
+--- The program the launcher runs: the interpreter on the code file.
+function Policy:command(opts, run)
+  local argv = { opts.python_exe }
+  for _, a in ipairs(self.python_args or { "-I", "-u" }) do argv[#argv + 1] = a end
+  argv[#argv + 1] = run.code_path
+  return argv
+end
+
+--- The sandbox's environment, as NAME=VALUE strings in a stable order.
+function Policy:environment(opts, run)
+  local env = {}
+  for k, v in pairs(self.env or {}) do env[k] = v end
+  env.HOME, env.TMPDIR = run.workdir, run.workdir
+  for k, v in pairs(opts.env or {}) do env[k] = v end
+  local names = {}
+  for k in pairs(env) do names[#names + 1] = k end
+  table.sort(names)
+  local out = {}
+  for i, k in ipairs(names) do out[i] = k .. "=" .. env[k] end
+  return out
+end
+
+--- The launcher's argument vector for one run.
+function Policy:launch_args(opts, run, host)
+  local a = { "--report-fd", "3", "--parent-pid", tostring(core.getpid()) }
+  local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
+  if self.network == "new" then add("--net", opts.require_network_isolation and "require" or "new") end
+  add(self.pid_namespace and "--pidns" or "--no-pidns")
+  if run.uid then add("--uid", tostring(run.uid), "--gid", tostring(run.gid)) end
+  add("--rlimit", "cpu=" .. opts.cpu_seconds)
+  add("--rlimit", "as=" .. opts.memory_mb * 1048576)
+  add("--rlimit", "fsize=" .. opts.file_mb * 1048576)
+  add("--rlimit", "core=0")
+  add("--rlimit", "nofile=" .. opts.open_files)
+  add("--rlimit", "nproc=" .. opts.processes)
+  for _, e in ipairs(self:environment(opts, run)) do add("--env", e) end
+  add("--chdir", run.workdir, "--")
+  for _, v in ipairs(self:command(opts, run, host)) do a[#a + 1] = v end
+  return a
+end
+
+-- Lines at the end of stderr that mean the interpreter ran out of memory or file size.
+local function last_line(s)
+  return (s or ""):gsub("%s+$", ""):match("([^\n]*)$") or ""
+end
+
+--- Why the run ended: exit, timeout, cpu, memory, file-size, output or signal.
+-- @param raw the host's raw outcome; `rep` the parsed launcher report
+function Policy:classify(raw, opts, rep)
+  if raw.timed_out then return "timeout" end
+  if raw.overflow then return "output" end
+  local sig = rep.status and rep.status.kind == "signal" and rep.status.code or raw.term_signal
+  local cpu_s = rep.usage and (rep.usage.user_us + rep.usage.sys_us) / 1e6 or 0
+  if sig == SIGXCPU or (sig == SIGKILL and cpu_s >= opts.cpu_seconds * 0.95) then return "cpu" end
+  if sig == SIGXFSZ then return "file-size" end
+  local tail = last_line(raw.stderr_tail ~= "" and raw.stderr_tail or raw.stderr)
+  local failed = (sig and sig ~= 0) or (rep.status and rep.status.code ~= 0) or raw.exit_status ~= 0
+  if failed then
+    if tail:match("^MemoryError") or tail:find("Cannot allocate memory", 1, true)
+      or tail:find("Fatal Python error: .*[Mm]emory") or tail:find("std::bad_alloc", 1, true) then
+      return "memory"
+    end
+    if tail:find("[Errno 27] File too large", 1, true) then return "file-size" end
+  end
+  if sig and sig ~= 0 then return "signal" end
+  return "exit"
+end
+
+-- `applied` names in the report → seed 000's `limits` names, in seed order, then corral's own.
+local LIMIT_NAMES = {
+  { "cpu", "cpu" }, { "memory", "memory" }, { "file-size", "file-size" }, { "no-core", "no-core" },
+  { "open-files", "open-files" }, { "processes", "processes" },
+}
+local EXTRA_NAMES = {
+  { "session", "session" }, { "die-with-parent", "die-with-parent" },
+  { "pid-namespace", "pid-namespace" }, { "subreaper", "subreaper" },
+  { "user-namespace", "user-namespace" }, { "uid", "run-uid" }, { "no-new-privs", "no-new-privs" },
+  { "closed-fds", "closed-fds" },
+}
+
+--- The `limits` list: what the report says was applied, plus what the host itself enforced.
+function Policy:limits(raw, opts, rep, run)
+  local l = {}
+  local applied = rep.applied
+  local as_root = run.uid == nil and run.euid == 0
+  for _, pair in ipairs(LIMIT_NAMES) do
+    -- RLIMIT_NPROC is not enforced for uid 0: listing it would be a lie
+    if applied[pair[1]] and not (pair[1] == "processes" and as_root) then l[#l + 1] = pair[2] end
+  end
+  l[#l + 1] = "timeout"
+  if applied["empty-env"] then l[#l + 1] = "empty-env" end
+  if applied["workdir"] then l[#l + 1] = "temp-dir" end
+  if applied["no-network"] then l[#l + 1] = "no-network" end
+  for _, pair in ipairs(EXTRA_NAMES) do
+    if applied[pair[1]] then l[#l + 1] = pair[2] end
+  end
+  if not opts.stdin then l[#l + 1] = "no-stdin" end
+  l[#l + 1] = "output-cap"
+  return l
+end
+
+local function repair(s)
+  return (core.utf8_repair(s or ""))
+end
+
+--- Turn the host's raw outcome into the result table (see README, "Result").
+-- @return result, or nil, message, code when the sandbox itself failed
+function Policy:result(raw, opts, run, host)
+  local rep = report.parse(raw.report)
+  if rep.fatal then
+    local f = rep.fatal
+    return nil, f.errno .. ": sandbox setup failed at " .. f.step .. ": " .. f.message, f.errno
+  end
+  if not rep.version and not raw.timed_out and not raw.killed then
+    return nil, "EIO: the launcher ended without a report (exit " .. tostring(raw.exit_status)
+      .. ", signal " .. tostring(raw.term_signal) .. ")", "EIO"
+  end
+  local returncode, signal
+  if rep.status then
+    if rep.status.kind == "exit" then returncode = rep.status.code
+    else signal = rep.status.code; returncode = -signal end
+  elseif raw.term_signal ~= 0 then
+    signal = raw.term_signal; returncode = -signal
+  else
+    returncode = raw.exit_status
+  end
+  if raw.timed_out and not signal then signal = SIGKILL; returncode = -SIGKILL end
+  local reason = self:classify(raw, opts, rep)
+  local usage = {
+    wall_s = raw.wall_s,
+    cpu_user_s = rep.usage and rep.usage.user_us / 1e6 or 0,
+    cpu_sys_s = rep.usage and rep.usage.sys_us / 1e6 or 0,
+    max_rss_kb = rep.usage and rep.usage.maxrss_kb or 0,
+  }
+  local max = opts.max_output
+  local res = {
+    ok = (returncode == 0 and not raw.timed_out),
+    stdout = repair(raw.stdout),
+    stderr = repair(raw.stderr),
+    returncode = returncode,
+    timed_out = raw.timed_out and true or false,
+    truncated = (raw.stdout_bytes > max or raw.stderr_bytes > max),
+    network_isolated = rep.applied["no-network"] ~= nil,
+    limits = self:limits(raw, opts, rep, run),
+    reason = reason,
+    signal = signal,
+    usage = usage,
+    clamped = opts.clamped,
+    policy = self.name,
+    refused = next(rep.refused) and rep.refused or nil,
+    stdout_bytes = raw.stdout_bytes,
+    stderr_bytes = raw.stderr_bytes,
+  }
+  return res
+end
+
+--- Load a policy by name (searched in `paths.policy_dirs()`), by path (contains a slash or ends
+-- in .lua), or return a policy table as is. Loaded policies are cached per process.
+-- @return policy, or raises naming the policy when it cannot be found or is invalid
+local loaded = {}
+function M.load(spec)
+  if type(spec) == "table" then
+    if getmetatable(spec) == nil then return M.new(spec) end
+    return spec
+  end
+  if loaded[spec] then return loaded[spec] end
+  local path
+  if spec:find("/", 1, true) or spec:match("%.lua$") then
+    path = spec
+  else
+    if not spec:match("^[%w_%-]+$") then error("policy name '" .. spec .. "' is not a valid name", 0) end
+    local tried = {}
+    for _, dir in ipairs(paths.policy_dirs()) do
+      local p = dir .. "/" .. spec .. ".lua"
+      tried[#tried + 1] = p
+      if paths.exists(p) then path = p break end
+    end
+    if not path then error("policy '" .. spec .. "' not found (looked in " .. table.concat(tried, ", ") .. ")", 0) end
+  end
+  local chunk, err = loadfile(path)
+  if not chunk then error("policy '" .. spec .. "' cannot be loaded: " .. err, 0) end
+  local ok, p = pcall(chunk)
+  if not ok then error("policy '" .. spec .. "' failed to load: " .. tostring(p), 0) end
+  if type(p) ~= "table" then error("policy '" .. spec .. "' must return a table, got " .. type(p), 0) end
+  if getmetatable(p) == nil then p = M.new(p) end
+  p.name = p.name or spec
+  p.path = path
+  loaded[spec] = p
+  return p
+end
+
+--- Names and descriptions of the policies found in the policy directories.
+function M.list()
+  local out, seen = {}, {}
+  for _, dir in ipairs(paths.policy_dirs()) do
+    local f = io.popen("ls -1 '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
+    if f then
+      for file in f:lines() do
+        local name = file:match("^([%w_%-]+)%.lua$")
+        if name and not seen[name] then
+          seen[name] = true
+          local ok, p = pcall(M.load, name)
+          out[#out + 1] = { name = name, path = dir .. "/" .. file,
+                            description = ok and p.description or ("cannot load: " .. tostring(p)) }
+        end
+      end
+      f:close()
+    end
+  end
+  table.sort(out, function(a, b) return a.name < b.name end)
+  return out
+end
+
+M.Policy = Policy
+return M

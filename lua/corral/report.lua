@@ -1,0 +1,53 @@
+--- Decoding the launcher's report (the text it writes on fd 3; see docs/internals.md).
+-- The input crosses a process boundary, so every line is treated as untrusted: malformed lines
+-- and unknown records are skipped, numbers are checked, and nothing here can raise.
+local M = {}
+
+local tonumber, match, gmatch = tonumber, string.match, string.gmatch
+
+local function int(s)
+  if s == nil or #s > 20 or not s:match("^%-?%d+$") then return nil end
+  return tonumber(s)
+end
+
+--- Parse a report.
+-- @param text the bytes read from the report fd (may be empty or cut short)
+-- @return a table: `version`, `applied` (name → value string or true), `applied_order` (names in
+-- the order applied), `refused` (name → {errno=, message=}), `fatal` ({step=, errno=, message=}
+-- or nil), `pid`, `status` ({kind="exit"|"signal", code=n} or nil), `usage` ({user_us=, sys_us=,
+-- maxrss_kb=} or nil)
+function M.parse(text)
+  local r = { applied = {}, applied_order = {}, refused = {} }
+  if type(text) ~= "string" then return r end
+  for line in gmatch(text, "[^\n]+") do
+    local kind, rest = match(line, "^(%a[%w%-]*) ?(.*)$")
+    if kind == "corral-launch" then
+      r.version = int(rest)
+    elseif kind == "applied" then
+      local name, value = match(rest, "^([%w%-]+) ?(%S*)$")
+      if name then
+        if r.applied[name] == nil then r.applied_order[#r.applied_order + 1] = name end
+        r.applied[name] = (value ~= "" and value) or true
+      end
+    elseif kind == "refused" then
+      local name, errno, msg = match(rest, "^([%w%-]+) (%u[%u%d]*) ?(.*)$")
+      if name then r.refused[name] = { errno = errno, message = msg } end
+    elseif kind == "fatal" then
+      local step, errno, msg = match(rest, "^([%w%-]+) (%u[%u%d]*) ?(.*)$")
+      if step and not r.fatal then r.fatal = { step = step, errno = errno, message = msg } end
+    elseif kind == "pid" then
+      r.pid = int(rest)
+    elseif kind == "status" then
+      local how, n = match(rest, "^(%a+) (%-?%d+)$")
+      n = int(n)
+      if (how == "exit" or how == "signal") and n then r.status = { kind = how, code = n } end
+    elseif kind == "usage" then
+      local u, s, m = match(rest, "^(%d+) (%d+) (%d+)$")
+      u, s, m = int(u), int(s), int(m)
+      if u and s and m then r.usage = { user_us = u, sys_us = s, maxrss_kb = m } end
+    end
+  end
+  return r
+end
+
+return M

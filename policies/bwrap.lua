@@ -1,0 +1,98 @@
+--- bwrap: seed 003's sandbox — bubblewrap around the interpreter, with corral's launcher outside.
+-- `bwrap --unshare-all --new-session --die-with-parent --clearenv`, the code as /home/code.py in a
+-- read-only /home, a read-only root holding only what the interpreter needs (asked of the
+-- interpreter itself, so a python outside /usr works too) and no writable directory. The launcher
+-- still applies the rlimits (instead of prlimit), the session, the pid namespace, the per-run uid
+-- and the clean-up around it.
+local policy = require "corral.policy"
+local core = require "corral.core"
+local host = require "corral.host"
+
+local P = policy.load("default"):extend {
+  name = "bwrap",
+  description = "seed 003: bubblewrap --unshare-all, read-only root of what python needs, rlimits",
+  defaults = { timeout = 10, cpu_seconds = 1, memory_mb = 100, max_output = 131072 },
+  -- bwrap clears the environment; the launcher's own needs none either
+  env = {},
+  code_name = "code.py",
+  python_args = { "-I", "-u" },
+  network = "host",       -- bwrap --unshare-all makes the network namespace
+  bwrap_path = "/usr/bin:/bin:/usr/local/bin",
+}
+
+--- Directories the interpreter reads: its prefixes, its executable and every shared object it
+-- maps, asked of the interpreter once per process.
+local roots_cache = {}
+local function interpreter_roots(python)
+  if roots_cache[python] then return roots_cache[python] end
+  local script = "import sys, os\n" ..
+    "print(os.path.realpath(sys.executable))\n" ..
+    "for p in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix): print(p)\n" ..
+    "for line in open('/proc/self/maps'):\n" ..
+    "    f = line.split()\n" ..
+    "    if len(f) >= 6 and f[5].startswith('/'): print(f[5])\n"
+  local f = io.popen("'" .. python:gsub("'", "'\\''") .. "' -I -c \"" .. script:gsub('"', '\\"') .. "\" 2>/dev/null")
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  local roots, seen = {}, {}
+  for path in text:gmatch("[^\n]+") do
+    -- bind the first component below / (or /opt/x, /home/x/...) holding the file
+    local top = path:match("^(/usr)/") or path:match("^(/usr)$") or path:match("^(/lib[^/]*)/")
+      or path:match("^(/[^/]+/[^/]+)/") or path:match("^(/[^/]+)$")
+    if top and not seen[top] and top ~= "/proc" and not top:match("^/proc/") and not top:match("^/dev") then
+      seen[top] = true
+      roots[#roots + 1] = top
+    end
+  end
+  if not seen["/usr"] then roots[#roots + 1] = "/usr" end
+  table.sort(roots)
+  roots_cache[python] = roots
+  return roots
+end
+
+function P:prepare(opts, h)
+  local o, err, code = policy.Policy.prepare(self, opts, h)
+  if not o then return nil, err, code end
+  local bwrap = host.which("bwrap", self.bwrap_path)
+  if not bwrap then return nil, "ENOENT: Cannot find the `bwrap` executable (install the bubblewrap package)", "ENOENT" end
+  o.bwrap_exe = bwrap
+  return o
+end
+
+function P:command(opts, run)
+  local a = { opts.bwrap_exe, "--unshare-all", "--new-session", "--die-with-parent", "--clearenv",
+              "--chdir", "/home", "--ro-bind", run.code_dir, "/home" }
+  local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
+  -- /lib, /lib64, /bin as the host has them: symlinks into /usr on merged-/usr systems
+  for _, d in ipairs({ "/bin", "/lib", "/lib64", "/lib32", "/sbin" }) do
+    local st = core.lstat(d)
+    if st and st.type == "link" then add("--symlink", core.readlink(d), d) end
+  end
+  for _, root in ipairs(interpreter_roots(opts.python_exe)) do
+    local st = core.lstat(root)
+    if st and st.type == "directory" then add("--ro-bind", root, root) end
+  end
+  add("--remount-ro", "/", opts.python_exe)
+  for _, v in ipairs(self.python_args) do add(v) end
+  add("/home/" .. self.code_name)
+  return a
+end
+
+function P:limits(raw, opts, rep, run)
+  local l = policy.Policy.limits(self, raw, opts, rep, run)
+  l[#l + 1] = "no-network"
+  l[#l + 1] = "read-only-root"
+  return l
+end
+
+function P:result(raw, opts, run, h)
+  -- bwrap reports its own setup failures as "bwrap: ..." on stderr with exit status 1
+  if raw.exit_status == 1 and raw.stdout_bytes == 0 and (raw.stderr or ""):match("^bwrap: ") then
+    return nil, "EPERM: " .. raw.stderr:gsub("%s+$", ""), "EPERM"
+  end
+  local res, err, code = policy.Policy.result(self, raw, opts, run, h)
+  if res then res.network_isolated = true end
+  return res, err, code
+end
+
+return P

@@ -1,0 +1,39 @@
+rockspec_format = "3.0"
+package = "corral"
+version = "dev-1"
+source = {
+  url = "git+file:///corral",
+}
+description = {
+  summary = "Run untrusted, model-written Python under hard limits, and report exactly what happened",
+  detailed = [[
+corral is an embeddable sandbox controller: a C host on libuv spawns a small launcher that applies
+namespaces, a per-run uid, rlimits, no_new_privs and a clean environment before the interpreter's
+first instruction; Lua policies decide defaults, fallbacks and result formatting.
+]],
+  license = "MIT",
+}
+dependencies = {
+  "lua >= 5.4",
+}
+external_dependencies = {
+  LIBUV = { header = "uv.h" },
+}
+build = {
+  type = "make",
+  build_variables = {
+    CFLAGS = "$(CFLAGS)",
+    LUA_CFLAGS = "-I$(LUA_INCDIR)",
+    UV_CFLAGS = "-I$(LIBUV_INCDIR)",
+    UV_LIBS = "-L$(LIBUV_LIBDIR) -luv",
+  },
+  install_variables = {
+    PREFIX = "$(PREFIX)",
+    BINDIR = "$(BINDIR)",
+    LUADIR = "$(LUADIR)",
+    LIBDIR = "$(LIBDIR)",
+  },
+}
+test = {
+  type = "busted",
+}

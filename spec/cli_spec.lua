@@ -1,0 +1,144 @@
+-- The corral command line, run as a real process from the source tree.
+local cjson = require "cjson"
+local core = require "corral.core"
+local H = require "helper"
+
+local function write_tmp(content)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "wb"))
+  f:write(content)
+  f:close()
+  return path
+end
+
+local function corral(args, input)
+  local cmd = H.cli .. " " .. args
+  if input then cmd = cmd .. " < " .. input end
+  return H.sh(cmd .. "; echo \"<$?>\"")
+end
+
+local function split_status(out)
+  local body, status = out:match("^(.-)\n?<(%d+)>$")
+  return body, tonumber(status)
+end
+
+describe("corral CLI", function()
+  local files = {}
+  local function tmp(content) local p = write_tmp(content) files[#files + 1] = p return p end
+  after_each(function() for _, p in ipairs(files) do os.remove(p) end files = {} end)
+
+  it("prints the output and exits with the program's code", function()
+    local body, status = split_status(corral("run " .. tmp("print('hi'); import sys; sys.exit(3)")))
+    assert.are.equal("hi", body)
+    assert.are.equal(3, status)
+  end)
+
+  it("reads the program from stdin with -", function()
+    local body, status = split_status(corral("run -", tmp("print(6 * 7)")))
+    assert.are.equal("42", body)
+    assert.are.equal(0, status)
+  end)
+
+  it("exits 124 on timeout", function()
+    local _, status = split_status(corral("run --timeout 0.5 " .. tmp("import time; time.sleep(9)")))
+    assert.are.equal(124, status)
+  end)
+
+  it("exits 128+N when a signal ends the program", function()
+    local _, status = split_status(corral("run " .. tmp("import os; os.kill(os.getpid(), 9)")))
+    assert.are.equal(137, status)
+  end)
+
+  it("exits 2 with a message naming a bad flag or value", function()
+    local body, status = split_status(corral("run --timeout soon x.py"))
+    assert.are.equal(2, status)
+    assert.is_truthy(body:find("--timeout", 1, true), body)
+    body, status = split_status(corral("run --memory -5 " .. tmp("print(1)")))
+    assert.are.equal(2, status)
+    assert.is_truthy(body:find("memory_mb", 1, true), body)
+    body, status = split_status(corral("run --frobnicate " .. tmp("print(1)")))
+    assert.are.equal(2, status)
+    assert.is_truthy(body:find("--frobnicate", 1, true), body)
+    body, status = split_status(corral("run"))
+    assert.are.equal(2, status)
+    body, status = split_status(corral("launch"))
+    assert.are.equal(2, status)
+    assert.is_truthy(body:find("launch", 1, true), body)
+  end)
+
+  it("exits 125 when the sandbox itself fails", function()
+    local body, status = split_status(corral("run --python /nonexistent/python " .. tmp("print(1)")))
+    assert.are.equal(125, status)
+    assert.is_truthy(body:find("/nonexistent/python", 1, true), body)
+  end)
+
+  it("prints exactly the result fields with --json", function()
+    local body, status = split_status(corral("run --json --stdin " .. tmp("abc") .. " " ..
+      tmp("import sys; print(sys.stdin.read()); sys.exit(7)")))
+    assert.are.equal(7, status)
+    local r = cjson.decode(body)
+    local keys = {}
+    for k in pairs(r) do keys[#keys + 1] = k end
+    table.sort(keys)
+    assert.are.same({ "limits", "network_isolated", "ok", "reason", "returncode", "signal", "stderr",
+                      "stdout", "timed_out", "truncated", "usage" }, keys)
+    assert.are.equal("abc\n", r.stdout)
+    assert.are.equal(7, r.returncode)
+    assert.are.equal(cjson.null, r.signal)
+    local ukeys = {}
+    for k in pairs(r.usage) do ukeys[#ukeys + 1] = k end
+    table.sort(ukeys)
+    assert.are.same({ "cpu_sys_s", "cpu_user_s", "max_rss_kb", "wall_s" }, ukeys)
+  end)
+
+  it("adds an error object to --json when the sandbox fails", function()
+    local body, status = split_status(corral("run --json --python /nonexistent/python " .. tmp("print(1)")))
+    assert.are.equal(125, status)
+    local r = cjson.decode(body)
+    assert.is_false(r.ok)
+    assert.are.equal("ENOENT", r.error.kind)
+    assert.is_truthy(r.error.message:find("/nonexistent/python", 1, true))
+  end)
+
+  it("does not leak the caller's environment into the sandbox", function()
+    local body = split_status(H.sh("CORRAL_TEST_SECRET=hunter2 " .. H.cli .. " run --json " ..
+      tmp("import os; print(dict(os.environ))") .. "; echo \"<$?>\""))
+    local r = cjson.decode(body)
+    assert.is_nil(r.stdout:find("hunter2", 1, true))
+    assert.is_truthy(r.stdout:find("PATH", 1, true))
+  end)
+
+  it("probes the host", function()
+    local body, status = split_status(corral("probe --json"))
+    assert.are.equal(0, status)
+    local p = cjson.decode(body)
+    assert.are.equal(core.geteuid(), p.euid)
+    assert.is_boolean(p.network_isolation)
+    assert.are.equal("default", p.policy.name)
+    local text = split_status(corral("probe"))
+    assert.is_truthy(text:find("network isolation", 1, true))
+  end)
+
+  it("lists the policies", function()
+    local body, status = split_status(corral("policies"))
+    assert.are.equal(0, status)
+    assert.is_truthy(body:find("default", 1, true))
+    assert.is_truthy(body:find("bwrap", 1, true))
+  end)
+
+  it("shows help for each command", function()
+    for _, c in ipairs({ "--help", "run --help", "probe --help", "policies --help" }) do
+      local body, status = split_status(corral(c))
+      assert.are.equal(0, status, c)
+      assert.is_truthy(body:find("usage: corral", 1, true), c)
+    end
+  end)
+
+  it("runs a policy given by path", function()
+    local body, status = split_status(H.sh("CORRAL_TENANT_TIER=free " .. H.cli ..
+      " run --json --policy examples/policies/tenant.lua --timeout 100 " .. tmp("print('tenant')") .. "; echo \"<$?>\""))
+    assert.are.equal(0, status, body)
+    local r = cjson.decode(body)
+    assert.are.equal("tenant\n", r.stdout)
+  end)
+end)

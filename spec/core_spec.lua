@@ -1,0 +1,182 @@
+-- corral.core: the host's mechanisms, tested alone with real processes.
+local core = require "corral.core"
+local H = require "helper"
+
+local function spawn_wait(opts)
+  local res
+  opts.on_exit = function(r) res = r end
+  local proc = assert(core.spawn(opts))
+  while not res do core.run("once") end
+  return res, proc
+end
+
+describe("corral.core", function()
+  local snap
+  before_each(function() snap = H.snapshot() end)
+  after_each(function() H.assert_clean(snap) end)
+
+  describe("spawn", function()
+    it("captures stdout and stderr and the exit status", function()
+      local r = spawn_wait { file = "/bin/sh", args = { "-c", "echo out; echo err >&2; exit 3" },
+                             stdout_cap = 100, stderr_cap = 100 }
+      assert.are.equal("out\n", r.stdout)
+      assert.are.equal("err\n", r.stderr)
+      assert.are.equal(3, r.exit_status)
+      assert.are.equal(0, r.term_signal)
+    end)
+
+    it("drains and counts bytes past the cap without buffering them", function()
+      local before = core.rusage().maxrss_kb
+      local r = spawn_wait { file = "/bin/sh", args = { "-c", "head -c 50000000 /dev/zero" },
+                             stdout_cap = 10, stderr_cap = 10, tail_bytes = 4 }
+      assert.are.equal(10, #r.stdout)
+      assert.are.equal(50000000, r.stdout_bytes)
+      assert.are.equal("\0\0\0\0", r.stdout_tail)
+      assert.is_true(core.rusage().maxrss_kb - before < 10000)
+    end)
+
+    it("ends a run on overflow when asked", function()
+      local r = spawn_wait { file = "/bin/sh", args = { "-c", "yes" }, stdout_cap = 1000,
+                             stderr_cap = 10, kill_on_overflow = true, timeout = 10 }
+      assert.are.equal("stdout", r.overflow)
+      assert.is_true(r.wall_s < 2)
+    end)
+
+    it("times out within the grace period", function()
+      local t0 = core.hrtime()
+      local r = spawn_wait { file = "/bin/sleep", args = { "100" }, timeout = 0.3, grace = 0.1 }
+      assert.is_true(r.timed_out)
+      assert.is_true(core.hrtime() - t0 < 1)
+    end)
+
+    it("does not wait for a background child holding the pipe", function()
+      local t0 = core.hrtime()
+      local r = spawn_wait { file = "/bin/sh", args = { "-c", "sleep 30 & echo started" },
+                             stdout_cap = 100, grace = 0.2, timeout = 10 }
+      assert.are.equal("started\n", r.stdout)
+      assert.is_true(core.hrtime() - t0 < 2)
+      assert.is_true(H.eventually(function() return #H.pids_with("sleep 30") == 0 end))
+    end)
+
+    it("writes stdin and closes it", function()
+      local r = spawn_wait { file = "/usr/bin/wc", args = { "-c" }, stdin = string.rep("a", 5000000),
+                             stdout_cap = 100 }
+      assert.are.equal("5000000", r.stdout:match("%d+"))
+    end)
+
+    it("survives a child that never reads its stdin", function()
+      local r = spawn_wait { file = "/bin/true", args = {}, stdin = string.rep("a", 5000000) }
+      assert.are.equal(0, r.exit_status)
+    end)
+
+    it("returns nil, message, code for a missing executable", function()
+      local p, err, code = core.spawn { file = "/nonexistent/prog", args = {}, on_exit = function() end }
+      assert.is_nil(p)
+      assert.are.equal("ENOENT", code)
+      assert.is_truthy(err:find("/nonexistent/prog", 1, true))
+    end)
+
+    it("raises naming an unknown option", function()
+      local ok, err = pcall(core.spawn, { file = "/bin/true", timeuot = 1 })
+      assert.is_false(ok)
+      assert.is_truthy(err:find("timeuot", 1, true))
+    end)
+
+    it("re-raises an error from on_exit out of core.run", function()
+      assert(core.spawn { file = "/bin/true", args = {}, on_exit = function() error("boom in callback") end })
+      local ok, err = pcall(core.run, "default")
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):find("boom in callback", 1, true))
+    end)
+  end)
+
+  describe("utf8_repair", function()
+    local cases = {
+      { "plain ascii", "plain ascii", true },
+      { "caf\xC3\xA9", "caf\xC3\xA9", true },
+      { "\xFF", "\xEF\xBF\xBD", false },
+      { "a\xE2\x82", "a\xEF\xBF\xBD", false },                 -- truncated 3-byte sequence
+      { "\xF0\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", false }, -- overlong lead
+      { "\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", false }, -- surrogate
+      { "\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD", false },        -- overlong slash
+      { "\xF4\x90\x80\x80", string.rep("\xEF\xBF\xBD", 4), false }, -- above U+10FFFF
+      { "\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80", true },          -- emoji
+      { "\xF0\x9F\x98", "\xEF\xBF\xBD", false },
+      { "", "", true },
+      { "a\0b", "a\0b", true },
+    }
+    for _, c in ipairs(cases) do
+      it(string.format("repairs %q like Python", c[1]), function()
+        local out, valid = core.utf8_repair(c[1])
+        assert.are.equal(c[2], out)
+        assert.are.equal(c[3], valid)
+      end)
+    end
+
+    it("agrees with Python on random bytes", function()
+      math.randomseed(7)
+      local parts = {}
+      for i = 1, 200 do
+        local n = math.random(0, 12)
+        local b = {}
+        for j = 1, n do b[j] = string.char(math.random(0, 255)) end
+        parts[i] = table.concat(b)
+      end
+      local path = os.tmpname()
+      local f = assert(io.open(path, "wb"))
+      for _, p in ipairs(parts) do f:write(string.format("%04d", #p), p) end
+      f:close()
+      local py = io.popen("python3 -c \"import sys\nd=open(sys.argv[1],'rb').read()\ni=0\nwhile i<len(d):\n n=int(d[i:i+4]); s=d[i+4:i+4+n]; i+=4+n\n o=s.decode('utf-8','replace').encode()\n sys.stdout.buffer.write(b'%04d'%len(o)+o)\" " .. path)
+      local expected = py:read("a")
+      py:close()
+      os.remove(path)
+      local got = {}
+      for _, p in ipairs(parts) do
+        local o = core.utf8_repair(p)
+        got[#got + 1] = string.format("%04d", #o) .. o
+      end
+      assert.are.equal(expected, table.concat(got))
+    end)
+  end)
+
+  describe("rmtree", function()
+    it("removes a tree without following symlinks out of it", function()
+      local outside = assert(core.mkdtemp("/tmp/outside-XXXXXX"))
+      assert(core.write_file(outside .. "/keep", "k", 420))
+      local top = assert(core.mkdtemp("/tmp/corral-test-XXXXXX"))
+      assert(core.mkdir(top .. "/d", 448))
+      assert(core.symlink(outside, top .. "/d/link"))
+      assert(core.symlink(outside .. "/keep", top .. "/flink"))
+      assert(core.write_file(top .. "/d/f", "x", 420))
+      assert(core.chmod(top .. "/d", 0))
+      assert(core.rmtree(top))
+      assert.is_false(core.exists(top))
+      assert.is_true(core.exists(outside .. "/keep"))
+      assert(core.rmtree(outside))
+    end)
+
+    it("removes deeply nested directories", function()
+      local top = assert(core.mkdtemp("/tmp/corral-test-XXXXXX"))
+      assert.are.equal(0, select(2, H.sh("cd " .. top .. " && python3 -c \"import os\nfor i in range(3000):\n os.mkdir('d'); os.chdir('d')\"")))
+      assert(core.rmtree(top))
+      assert.is_false(core.exists(top))
+    end)
+
+    it("treats a missing path as done", function()
+      assert.is_true(core.rmtree("/tmp/corral-test-does-not-exist"))
+    end)
+  end)
+
+  describe("lock", function()
+    it("is exclusive until closed", function()
+      local path = os.tmpname()
+      local a = assert(core.lock(path))
+      assert.is_nil((core.lock(path)))
+      a:close()
+      a:close()
+      local b = assert(core.lock(path))
+      b:close()
+      os.remove(path)
+    end)
+  end)
+end)

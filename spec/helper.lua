@@ -1,0 +1,119 @@
+--- Shared helpers for the specs: paths, leak checks, small process utilities.
+-- Every spec that starts runs checks afterwards that nothing is left behind: no process of the
+-- run, no extra fd in this process, no temp dir.
+local core = require "corral.core"
+local assert = require "luassert"
+
+local H = {}
+
+H.python = "/usr/bin/python3"
+H.root = (core.geteuid() == 0)
+
+--- Run a shell command, return its stdout (trimmed) and exit status.
+function H.sh(cmd)
+  local f = io.popen("(" .. cmd .. ") 2>&1")
+  local out = f:read("a")
+  local _, _, status = f:close()
+  return (out:gsub("%s+$", "")), status
+end
+
+--- Directories corral made under /tmp (run directories).
+function H.temp_dirs()
+  local out = H.sh("ls -1d /tmp/corral-?????? 2>/dev/null")
+  local t = {}
+  for line in out:gmatch("[^\n]+") do t[#t + 1] = line end
+  return t
+end
+
+--- Pids of processes whose command line contains `marker` (other than the look-up itself).
+function H.pids_with(marker)
+  local f = io.popen("ps -e -o pid=,args=")
+  local pids = {}
+  for line in f:lines() do
+    local pid, args = line:match("^%s*(%d+)%s+(.*)$")
+    if pid and args:find(marker, 1, true) and tonumber(pid) ~= core.getpid() then
+      pids[#pids + 1] = tonumber(pid)
+    end
+  end
+  f:close()
+  return pids
+end
+
+--- Processes owned by a sandbox uid (when running as root), or descendants of ours otherwise.
+function H.stray_processes()
+  local out = H.sh("ps -e -o pid=,ppid=,uid=,comm=")
+  local me = core.getpid()
+  local strays = {}
+  local parent = {}
+  local rows = {}
+  for pid, ppid, uid, comm in out:gmatch("%s*(%d+)%s+(%d+)%s+(%d+)%s+(%S+)") do
+    pid, ppid, uid = tonumber(pid), tonumber(ppid), tonumber(uid)
+    parent[pid] = ppid
+    rows[#rows + 1] = { pid = pid, uid = uid, comm = comm }
+  end
+  for _, r in ipairs(rows) do
+    local sandbox_uid = r.uid >= 60000 and r.uid <= 60999
+    local p, mine = parent[r.pid], false
+    for _ = 1, 64 do
+      if p == nil or p == 0 then break end
+      if p == me then mine = true break end
+      p = parent[p]
+    end
+    -- ps and the shell running it are our own descendants for a moment
+    if (sandbox_uid or mine) and r.comm ~= "ps" and r.comm ~= "sh" then strays[#strays + 1] = r end
+  end
+  return strays
+end
+
+-- libuv keeps one spare fd per loop from its first spawn on: take it before any snapshot.
+do
+  local done = false
+  assert(core.spawn { file = "/bin/true", args = {}, on_exit = function() done = true end })
+  while not done do core.run("once") end
+end
+
+local function fd_set()
+  local set = {}
+  for _, fd in ipairs(core.fds()) do set[fd] = true end
+  return set
+end
+
+--- Snapshot of what a run could leak; `H.assert_clean(snap)` compares against it.
+-- fds are compared as a set of new numbers: loops of earlier spec files, collected at any time,
+-- may close theirs.
+function H.snapshot()
+  return { fds = fd_set(), dirs = #H.temp_dirs() }
+end
+
+function H.assert_clean(snap)
+  local strays = H.stray_processes()
+  local names = {}
+  for _, r in ipairs(strays) do names[#names + 1] = r.pid .. ":" .. r.comm .. "(uid " .. r.uid .. ")" end
+  assert.are.equal("", table.concat(names, " "), "processes left behind")
+  local new = {}
+  for fd in pairs(fd_set()) do
+    if not snap.fds[fd] then new[#new + 1] = fd .. " -> " .. tostring(core.readlink("/proc/self/fd/" .. fd)) end
+  end
+  assert.are.equal("", table.concat(new, ", "), "fds leaked in the host")
+  assert.are.equal(snap.dirs, #H.temp_dirs(), "temp dirs left behind")
+end
+
+--- Wait until `pred()` holds or `seconds` pass; returns whether it held.
+function H.eventually(pred, seconds)
+  local deadline = core.hrtime() + (seconds or 2)
+  repeat
+    if pred() then return true end
+    H.sh("sleep 0.05")
+  until core.hrtime() > deadline
+  return pred()
+end
+
+--- Path of the corral CLI in this tree.
+H.cli = "lua5.4 bin/corral"
+
+function H.has(list, value)
+  for _, v in ipairs(list) do if v == value then return true end end
+  return false
+end
+
+return H

@@ -1,0 +1,32 @@
+-- Installing: `make install DESTDIR=...` and `luarocks make --tree ...` give a corral that runs
+-- code from outside the source tree.
+local H = require "helper"
+
+describe("install", function()
+  it("installs with luarocks make into a tree and runs from outside the source tree", function()
+    local tree = H.sh("mktemp -d /tmp/corral-rocks.XXXXXX")
+    local out, status = H.sh("luarocks --lua-version 5.4 make --tree " .. tree ..
+      " rockspec/corral-dev-1.rockspec > " .. tree .. ".log 2>&1; echo $?; tail -5 " .. tree .. ".log")
+    assert.are.equal("0", out:match("^(%d+)"), out)
+    local code = H.sh("cd / && echo 'print(6*7)' | env -i PATH=/usr/bin:/bin " .. tree .. "/bin/corral run --json -")
+    assert.is_truthy(code:find('"stdout":"42\\n"', 1, true), code)
+    local lib = H.sh("cd / && env -i PATH=/usr/bin:/bin LUA_PATH='" .. tree .. "/share/lua/5.4/?.lua;" .. tree ..
+      "/share/lua/5.4/?/init.lua;;' LUA_CPATH='" .. tree .. "/lib/lua/5.4/?.so;;' lua5.4 -e " ..
+      "'local r = require(\"corral\").run_python(\"print(1+1)\"); io.write(r.stdout)'")
+    assert.are.equal("2", lib)
+    H.sh("rm -rf " .. tree .. " " .. tree .. ".log")
+    assert.is_truthy(status)
+  end)
+
+  it("installs with make install DESTDIR and PREFIX", function()
+    local dest = H.sh("mktemp -d /tmp/corral-dest.XXXXXX")
+    local out = H.sh("make -s install DESTDIR=" .. dest .. " PREFIX=/opt/corral >/dev/null 2>&1; echo $?")
+    assert.are.equal("0", out)
+    for _, f in ipairs({ "/opt/corral/bin/corral", "/opt/corral/libexec/corral/corral-launch",
+                         "/opt/corral/lib/lua/5.4/corral/core.so", "/opt/corral/share/lua/5.4/corral/init.lua",
+                         "/opt/corral/share/corral/policies/default.lua" }) do
+      assert.are.equal("yes", H.sh("test -e " .. dest .. f .. " && echo yes"), f)
+    end
+    H.sh("rm -rf " .. dest)
+  end)
+end)

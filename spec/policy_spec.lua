@@ -1,0 +1,70 @@
+-- Policies: loading by name, path and table; maxima that clamp or refuse; the shipped examples.
+local corral = require "corral"
+local policy = require "corral.policy"
+local H = require "helper"
+
+describe("policies", function()
+  local snap
+  before_each(function() snap = H.snapshot() end)
+  after_each(function() H.assert_clean(snap) end)
+
+  it("loads the shipped policies by name", function()
+    assert.are.equal("default", policy.load("default").name)
+    assert.are.equal("bwrap", policy.load("bwrap").name)
+    local names = {}
+    for _, p in ipairs(corral.policies()) do names[#names + 1] = p.name end
+    assert.is_true(H.has(names, "default") and H.has(names, "bwrap"))
+  end)
+
+  it("refuses a request over a maximum, naming the option", function()
+    local strict = policy.load("default"):extend { name = "strict", maxima = { timeout = 2 } }
+    local ok, err = pcall(corral.run_python, "print(1)", { policy = strict, timeout = 10 })
+    assert.is_false(ok)
+    assert.is_truthy(err:find("'timeout'", 1, true), err)
+    assert.is_truthy(err:find("strict", 1, true), err)
+  end)
+
+  it("clamps a request over a maximum and says so", function()
+    local p = policy.load("default"):extend { name = "clamp", maxima = { memory_mb = 64 }, clamp = true }
+    local r = assert(corral.run_python("x = bytearray(100 * 1024 * 1024)", { policy = p, memory_mb = 512 }))
+    assert.are.same({ "memory_mb" }, r.clamped)
+    assert.are.equal("memory", r.reason)
+  end)
+
+  it("loads the tenant example by path and clamps to its tier", function()
+    local p = policy.load("examples/policies/tenant.lua")
+    local r = assert(corral.run_python("import time; time.sleep(30)", { policy = p, timeout = 60 }))
+    assert.is_true(r.timed_out)
+    assert.is_true(r.usage.wall_s < 6, "the free tier's 5 s maximum was not applied")
+    assert.is_truthy(H.has(r.clamped, "timeout"))
+  end)
+
+  it("raises naming a policy file that does not return a table", function()
+    local path = os.tmpname() .. ".lua"
+    local f = assert(io.open(path, "w"))
+    f:write("return 42\n")
+    f:close()
+    local ok, err = pcall(policy.load, path)
+    os.remove(path)
+    assert.is_false(ok)
+    assert.is_truthy(err:find("must return a table", 1, true), err)
+  end)
+
+  it("falls back to a subreaper when the policy asks for no pid namespace, still leaving nothing", function()
+    local p = policy.load("default"):extend { name = "nopidns", pid_namespace = false }
+    local code = [[
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(1000)
+    os._exit(0)
+print("done")
+]]
+    local r = assert(corral.run_python(code, { policy = p, timeout = 3 }))
+    assert.are.equal("done\n", r.stdout)
+    assert.is_true(H.has(r.limits, "subreaper"))
+    assert.is_false(H.has(r.limits, "pid-namespace"))
+    assert.is_true(r.usage.wall_s < 2)
+  end)
+end)

@@ -1,0 +1,55 @@
+#!/bin/sh
+# The test suite: busted as the current user, again as an unprivileged user when run as root
+# (most users run corral without root), and the C code under valgrind. Ends with one line
+# "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+LUA=${LUA:-lua5.4}
+BUSTED="$LUA /usr/bin/busted"
+passed=0
+failed=0
+log=$(mktemp -d /tmp/corral-test-log.XXXXXX)
+trap 'rm -rf "$log"' EXIT
+
+# count TAP lines: "ok N - ..." passes (pending ones too, marked # SKIP), "not ok N" fails
+tally() {
+  p=$(grep -c '^ok ' "$1")
+  f=$(grep -c '^not ok ' "$1")
+  passed=$((passed + p))
+  failed=$((failed + f))
+  echo "== $2: $p passed, $f failed"
+}
+
+echo "== busted as $(id -un) (uid $(id -u))"
+$BUSTED -o TAP spec > "$log/self.tap" 2>&1
+cat "$log/self.tap"
+tally "$log/self.tap" "as $(id -un)"
+# a crash of busted itself must count as a failure
+grep -q '^1\.\.' "$log/self.tap" || failed=$((failed + 1))
+
+if [ "$(id -u)" = 0 ] && [ "${CORRAL_SKIP_UNPRIVILEGED:-}" = "" ]; then
+  # a copy of the tree the unprivileged user can read
+  copy=$(mktemp -d /tmp/corral-test-tree.XXXXXX)
+  cp -a . "$copy/"
+  chmod -R a+rX "$copy"
+  chmod 0755 "$copy"
+  echo "== busted as nobody"
+  (cd "$copy" && setpriv --reuid nobody --regid nogroup --clear-groups --reset-env \
+      env HOME=/tmp $BUSTED -o TAP spec) > "$log/nobody.tap" 2>&1
+  cat "$log/nobody.tap"
+  tally "$log/nobody.tap" "as nobody"
+  grep -q '^1\.\.' "$log/nobody.tap" || failed=$((failed + 1))
+  rm -rf "$copy"
+fi
+
+if command -v valgrind >/dev/null 2>&1; then
+  echo "== valgrind: host module and launcher"
+  if sh spec/valgrind.sh > "$log/valgrind.log" 2>&1; then
+    passed=$((passed + 1)); echo "ok - valgrind: zero errors"
+  else
+    failed=$((failed + 1)); cat "$log/valgrind.log"; echo "not ok - valgrind reported errors"
+  fi
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,295 @@
+-- Every protection of run_python, attacked by a real program.
+local corral = require "corral"
+local core = require "corral.core"
+local H = require "helper"
+
+local function run(code, opts)
+  local t0 = core.hrtime()
+  local res, err, code_ = corral.run_python(code, opts)
+  assert.is_truthy(res, tostring(err) .. " " .. tostring(code_))
+  res.elapsed = core.hrtime() - t0
+  return res
+end
+
+describe("run_python", function()
+  local snap
+  before_each(function() snap = H.snapshot() end)
+  after_each(function() H.assert_clean(snap) end)
+
+  it("runs a program and reports seed 000's fields and more", function()
+    local r = run("print('hello')")
+    assert.is_true(r.ok)
+    assert.are.equal("hello\n", r.stdout)
+    assert.are.equal("", r.stderr)
+    assert.are.equal(0, r.returncode)
+    assert.is_false(r.timed_out)
+    assert.is_false(r.truncated)
+    assert.are.equal("exit", r.reason)
+    assert.is_nil(r.signal)
+    for _, name in ipairs({ "cpu", "memory", "file-size", "no-core", "open-files", "timeout", "empty-env", "temp-dir" }) do
+      assert.is_true(H.has(r.limits, name), "limits lacks " .. name)
+    end
+    assert.is_number(r.usage.wall_s)
+    assert.is_true(r.usage.cpu_user_s + r.usage.cpu_sys_s > 0)
+    assert.is_true(r.usage.max_rss_kb > 1000)
+  end)
+
+  it("reports sys.exit(42) as returncode 42", function()
+    local r = run("import sys; sys.exit(42)")
+    assert.are.equal(42, r.returncode)
+    assert.is_false(r.ok)
+    assert.are.equal("exit", r.reason)
+  end)
+
+  it("reports SIGSEGV as returncode -11", function()
+    local r = run("import ctypes; ctypes.string_at(0)")
+    assert.are.equal(-11, r.returncode)
+    assert.are.equal(11, r.signal)
+    assert.are.equal("signal", r.reason)
+  end)
+
+  it("ends a CPU loop with reason cpu", function()
+    local r = run("while True: pass", { cpu_seconds = 1, timeout = 5 })
+    assert.are.equal("cpu", r.reason)
+    assert.is_false(r.timed_out)
+    assert.is_true(r.returncode < 0)
+    assert.is_true(r.usage.cpu_user_s + r.usage.cpu_sys_s >= 0.9)
+  end)
+
+  it("ends a memory bomb with reason memory", function()
+    local r = run("x = bytearray(512 * 1024 * 1024)\nprint('allocated')", { memory_mb = 128 })
+    assert.are.equal("memory", r.reason)
+    assert.is_false(r.ok)
+    assert.are.equal("", r.stdout)
+    assert.is_truthy(r.stderr:find("MemoryError", 1, true))
+  end)
+
+  it("ends a growing memory bomb with reason memory", function()
+    local r = run("a = []\nwhile True: a.append(' ' * 10**6)", { memory_mb = 128, timeout = 10 })
+    assert.are.equal("memory", r.reason)
+  end)
+
+  it("times out a sleep within timeout + 0.5 s", function()
+    local r = run("import time; time.sleep(100)", { timeout = 1 })
+    assert.is_true(r.timed_out)
+    assert.are.equal("timeout", r.reason)
+    assert.is_false(r.ok)
+    assert.is_true(r.elapsed < 1.5, "took " .. r.elapsed)
+  end)
+
+  it("returns on time and leaves nothing when a grandchild calls setsid and holds the pipe", function()
+    local code = [[
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        print("escapee alive", flush=True)
+        time.sleep(1000)
+    os._exit(0)
+time.sleep(0.2)
+print("parent done", flush=True)
+]]
+    local r = run(code, { timeout = 3 })
+    assert.is_false(r.timed_out)
+    assert.is_true(r.elapsed < 3.5, "took " .. r.elapsed)
+    assert.is_truthy(r.stdout:find("parent done", 1, true))
+    assert.is_truthy(r.stdout:find("escapee alive", 1, true))
+    assert.are.same({}, H.pids_with("time.sleep(1000)"))
+  end)
+
+  it("kills a setsid escapee that outlives a timeout", function()
+    local code = [[
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(1000)
+time.sleep(1000)
+]]
+    local r = run(code, { timeout = 1 })
+    assert.is_true(r.timed_out)
+    assert.is_true(r.elapsed < 1.5, "took " .. r.elapsed)
+  end)
+
+  it("contains a fork bomb", function()
+    local code = [[
+import os, time
+n = 0
+for i in range(10000):
+    try:
+        if os.fork() == 0:
+            time.sleep(3)
+            os._exit(0)
+        n += 1
+    except OSError:
+        break
+print("forked", n)
+]]
+    local r = run(code, { processes = 16, timeout = 5 })
+    local n = tonumber(r.stdout:match("forked (%d+)"))
+    assert.is_truthy(n, r.stdout .. r.stderr)
+    assert.is_true(n < 16, "forked " .. tostring(n))
+    assert.is_true(H.has(r.limits, "processes"))
+  end)
+
+  it("keeps host memory bounded under 100 MB of output and truncates", function()
+    local before = core.rusage().maxrss_kb
+    local r = run("import sys\nb = b'x' * 1000000\nfor i in range(100): sys.stdout.buffer.write(b)", { timeout = 20 })
+    assert.is_true(r.truncated)
+    assert.are.equal(20000, #r.stdout)
+    assert.are.equal(100000000, r.stdout_bytes)
+    assert.is_true(core.rusage().maxrss_kb - before < 20000, "host RSS grew by " .. (core.rusage().maxrss_kb - before) .. " kB")
+  end)
+
+  it("does not truncate exactly max_output bytes, and truncates one more", function()
+    local exact = run("import sys; sys.stdout.write('a' * 1000)", { max_output = 1000 })
+    assert.is_false(exact.truncated)
+    assert.are.equal(1000, #exact.stdout)
+    local over = run("import sys; sys.stdout.write('a' * 1001)", { max_output = 1000 })
+    assert.is_true(over.truncated)
+    assert.are.equal(1000, #over.stdout)
+    local err = run("import sys; sys.stderr.write('e' * 1001)", { max_output = 1000 })
+    assert.is_true(err.truncated)
+    assert.are.equal(1000, #err.stderr)
+  end)
+
+  it("replaces invalid UTF-8 with U+FFFD", function()
+    local r = run("import sys; sys.stdout.buffer.write(b'ok \\xff\\xfe end \\xe2\\x82')")
+    assert.are.equal("ok \xEF\xBF\xBD\xEF\xBF\xBD end \xEF\xBF\xBD", r.stdout)
+  end)
+
+  it("refuses a write past file_mb", function()
+    local r = run("open('big', 'wb').write(b'x' * (3 * 1024 * 1024))", { file_mb = 1 })
+    assert.are.equal("file-size", r.reason)
+    assert.is_truthy(r.stderr:find("File too large", 1, true))
+  end)
+
+  it("refuses to open more files than open_files", function()
+    local code = [[
+fs = []
+try:
+    for i in range(1000):
+        fs.append(open('/dev/null'))
+except OSError as e:
+    print("stopped at", len(fs), e.errno)
+]]
+    local r = run(code, { open_files = 32 })
+    local n = tonumber(r.stdout:match("stopped at (%d+) 24"))
+    assert.is_truthy(n, r.stdout .. r.stderr)
+    assert.is_true(n < 32)
+  end)
+
+  it("gives an empty environment with only PATH, LANG, HOME and TMPDIR", function()
+    local r = run("import os, json; print(json.dumps(sorted(os.environ)))")
+    assert.are.equal('["HOME", "LANG", "PATH", "TMPDIR"]\n', r.stdout)
+  end)
+
+  it("does not let the program read the controller's environment", function()
+    local code = string.format([[
+try:
+    data = open('/proc/%d/environ', 'rb').read()
+    print("read", len(data))
+except OSError as e:
+    print("denied", type(e).__name__)
+]], core.getpid())
+    local r = run(code)
+    assert.is_truthy(r.stdout:find("^denied"), r.stdout .. r.stderr)
+  end)
+
+  it("does not pass on an fd the controller has open", function()
+    local f = assert(io.open("/etc/hostname", "r"))
+    local r = run("import os; print(sorted(int(x) for x in os.listdir('/proc/self/fd')))")
+    f:close()
+    assert.are.equal("[0, 1, 2, 3]\n", r.stdout) -- 3 is listdir's own directory fd
+  end)
+
+  it("gives EOF at once on stdin", function()
+    local r = run("import sys; print(repr(sys.stdin.read()))", { timeout = 2 })
+    assert.are.equal("''\n", r.stdout)
+    assert.is_true(r.elapsed < 1.5)
+  end)
+
+  it("passes stdin bytes when asked", function()
+    local r = run("import sys; print(len(sys.stdin.buffer.read()))", { stdin = string.rep("z", 300000) })
+    assert.are.equal("300000\n", r.stdout)
+  end)
+
+  it("isolates the network: a TCP connect to a port this test listens on fails", function()
+    local probe = corral.probe()
+    if not probe.network_isolation then
+      pending("no network isolation on this host")
+      return
+    end
+    local server = io.popen("exec python3 -c \"import socket,sys,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\nprint(s.getsockname()[1],flush=True)\ntime.sleep(5)\"", "r")
+    local port = tonumber(server:read("l"))
+    local code = string.format([[
+import socket
+try:
+    socket.create_connection(('127.0.0.1', %d), timeout=1)
+    print("connected")
+except OSError as e:
+    print("failed", e.errno)
+]], port)
+    local r = run(code)
+    assert.is_true(r.network_isolated)
+    assert.is_true(H.has(r.limits, "no-network"))
+    assert.is_truthy(r.stdout:find("^failed"), r.stdout .. r.stderr)
+    -- the same program with the host network does connect: the test can fail
+    local open = run(code, { policy = require("corral.policy").load("default"):extend { network = "host" } })
+    assert.are.equal("connected\n", open.stdout)
+    assert.is_false(open.network_isolated)
+    server:close()
+  end)
+
+  it("cleans up without following a symlink planted to a directory outside", function()
+    local outside = core.mkdtemp("/tmp/outside-XXXXXX")
+    assert(core.write_file(outside .. "/keep", "precious", 420))
+    assert(core.chmod(outside, 511)) -- 0777 so any run uid can plant links to it
+    local code = string.format([[
+import os
+os.symlink(%q, 'link')
+os.makedirs('a/b/c')
+os.symlink(%q, 'a/b/c/deeper')
+os.symlink(%q, 'file-link')
+print("planted")
+]], outside, outside, outside .. "/keep")
+    local r = run(code)
+    assert.are.equal("planted\n", r.stdout)
+    local f = assert(io.open(outside .. "/keep"))
+    assert.are.equal("precious", f:read("a"))
+    f:close()
+    assert(core.rmtree(outside))
+  end)
+
+  it("runs 10 MB of source and reports NUL bytes with Python's own error", function()
+    local big = "s = '" .. string.rep("a", 10 * 1000 * 1000) .. "'\n" .. string.rep("x = len(s)\n", 10000) .. "print(x)\n"
+    assert.is_true(#big > 10 * 1000 * 1000)
+    local r = run(big, { timeout = 30, cpu_seconds = 20, memory_mb = 512 })
+    assert.are.equal("10000000\n", r.stdout, r.stderr)
+    local nul = run("print('a')\0print('b')")
+    assert.is_false(nul.ok)
+    assert.is_truthy(nul.stderr:find("null bytes", 1, true), nul.stderr)
+  end)
+
+  it("runs the interpreter as a distinct uid when the controller is root", function()
+    local r = run("import os; print(os.getuid(), os.getgid())")
+    local uid = tonumber(r.stdout:match("^(%d+)"))
+    if H.root then
+      assert.is_true(uid >= 60000 and uid <= 60999, r.stdout)
+      assert.is_true(H.has(r.limits, "run-uid"))
+    else
+      assert.are.equal(core.getuid(), uid)
+    end
+  end)
+
+  it("fails with a clear error and runs nothing when required isolation is impossible", function()
+    local marker = core.mkdtemp("/tmp/marker-XXXXXX")
+    local pol = require("corral.policy").load("default"):extend { network = "host" }
+    local res, err, code = corral.run_python(
+      string.format("open(%q + '/ran', 'w')", marker), { require_network_isolation = true, policy = pol })
+    assert.is_nil(res)
+    assert.are.equal("ENOTSUP", code)
+    assert.is_truthy(err:find("network isolation", 1, true))
+    assert.is_false(core.exists(marker .. "/ran"))
+    assert(core.rmtree(marker))
+  end)
+end)

@@ -1,0 +1,13 @@
+#!/bin/sh
+# The host module and the launcher under valgrind: a few real runs (normal, timeout, output
+# flood, stdin, bad interpreter) must produce zero valgrind errors.
+set -eu
+cd "$(dirname "$0")/.."
+VG="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite"
+# the launcher alone (its supervisor side; children are not traced)
+$VG --trace-children=no ./csrc/corral-launch --report-fd 3 --pidns --net new --rlimit cpu=2 \
+  --rlimit nofile=64 --env PATH=/usr/bin:/bin --chdir /tmp -- /usr/bin/python3 -I -c 'print("hi")' 3>/dev/null
+$VG --trace-children=no ./csrc/corral-launch --no-pidns -- /usr/bin/python3 -I -c 'import os; os.fork() or print(1)' >/dev/null
+$VG --trace-children=no ./csrc/corral-launch --probe >/dev/null
+# the host module driving real runs
+$VG lua5.4 spec/valgrind_runs.lua
