@@ -72,9 +72,8 @@ function P:command(opts, run)
     local st = core.lstat(root)
     if st and st.type == "directory" then add("--ro-bind", root, root) end
   end
-  add("--remount-ro", "/", opts.python_exe)
-  for _, v in ipairs(self.python_args) do add(v) end
-  add("/home/" .. self.code_name)
+  add("--remount-ro", "/")
+  for _, v in ipairs(self:python_argv(opts, run, "/home/" .. self.code_name)) do add(v) end
   return a
 end
 

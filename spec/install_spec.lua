@@ -6,7 +6,7 @@ describe("install", function()
   it("installs with luarocks make into a tree and runs from outside the source tree", function()
     local tree = H.sh("mktemp -d /tmp/corral-rocks.XXXXXX")
     local out, status = H.sh("luarocks --lua-version 5.4 make --tree " .. tree ..
-      " rockspec/corral-dev-1.rockspec > " .. tree .. ".log 2>&1; echo $?; tail -5 " .. tree .. ".log")
+      " rockspec/corral-dev-1.rockspec LUA_INCDIR=/usr/include/lua5.4 > " .. tree .. ".log 2>&1; echo $?; tail -5 " .. tree .. ".log")
     assert.are.equal("0", out:match("^(%d+)"), out)
     local code = H.sh("cd / && echo 'print(6*7)' | env -i PATH=/usr/bin:/bin " .. tree .. "/bin/corral run --json -")
     assert.is_truthy(code:find('"stdout":"42\\n"', 1, true), code)

@@ -25,7 +25,7 @@ describe("corral-launch", function()
     { "--rlimit cpu=abc -- /bin/true", "abc" },
     { "--net sideways -- /bin/true", "sideways" },
     { "--report-fd", "--report-fd" },
-    { "--", "program" },
+    { "--", "PROGRAM" },
   }
   for _, c in ipairs(bad) do
     it("exits 2 naming what is wrong in '" .. c[1] .. "'", function()

@@ -46,7 +46,7 @@ end
 -- over in a file, never in argv (no E2BIG, no size limit but the disk's); `work` is the cwd, HOME
 -- and TMPDIR, owned by the run's uid when there is one.
 local function make_run(pol, opts, code, host)
-  local run = { euid = host.euid }
+  local run = { euid = host.euid, has_nul = code:find("\0", 1, true) ~= nil }
   if host.root and host.setuid and pol.uid_range then
     local uid, err, ecode = hostmod.take_uid(pol.uid_range[1], pol.uid_range[2])
     if not uid then return nil, err, ecode end

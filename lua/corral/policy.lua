@@ -94,11 +94,22 @@ function Policy:prepare(opts, host)
 end
 
 --- The program the launcher runs: the interpreter on the code file.
-function Policy:command(opts, run)
+-- Python before 3.12 silently stops reading a source file at its first NUL byte; such code is
+-- compiled from bytes instead, so that Python itself reports the NUL bytes as an error.
+-- @param path the code file as the interpreter sees it (default: run.code_path)
+function Policy:python_argv(opts, run, path)
   local argv = { opts.python_exe }
   for _, a in ipairs(self.python_args or { "-I", "-u" }) do argv[#argv + 1] = a end
-  argv[#argv + 1] = run.code_path
+  if run.has_nul then
+    argv[#argv + 1] = "-c"
+    argv[#argv + 1] = "import sys; p = sys.argv[1]; exec(compile(open(p, 'rb').read(), p, 'exec'))"
+  end
+  argv[#argv + 1] = path or run.code_path
   return argv
+end
+
+function Policy:command(opts, run)
+  return self:python_argv(opts, run)
 end
 
 --- The sandbox's environment, as NAME=VALUE strings in a stable order.
@@ -168,7 +179,7 @@ local LIMIT_NAMES = {
 }
 local EXTRA_NAMES = {
   { "session", "session" }, { "die-with-parent", "die-with-parent" },
-  { "pid-namespace", "pid-namespace" }, { "subreaper", "subreaper" },
+  { "pid-namespace", "pid-namespace" }, { "private-proc", "private-proc" }, { "subreaper", "subreaper" },
   { "user-namespace", "user-namespace" }, { "uid", "run-uid" }, { "no-new-privs", "no-new-privs" },
   { "closed-fds", "closed-fds" },
 }

@@ -1,0 +1,274 @@
+/* child.c: the program C, between fork and execve.
+ *
+ * Only async-signal-safe calls: no malloc, no stdio. Each step is a small function; child_run()
+ * calls them in one flat list. A failure goes to the supervisor as {MSG_FATAL, what, errno} over
+ * the close-on-exec pipe, and the supervisor writes the fatal line; rlimits that cannot be set
+ * are reported here as refused and the run goes on (the policy decides).
+ */
+#include "launch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+static void send_msg(int errfd, int kind, int what, int value)
+{
+	struct child_msg m = { kind, what, value };
+	ssize_t n;
+
+	do
+		n = write(errfd, &m, sizeof m);
+	while (n < 0 && errno == EINTR);
+}
+
+static NORETURN void die(int errfd, enum what w, int err)
+{
+	send_msg(errfd, MSG_FATAL, (int)w, err);
+	if (w == W_EXEC)
+		_exit(err == ENOENT ? EXIT_NOENT : EXIT_EXEC);
+	_exit(EXIT_SETUP);
+}
+
+/* ---- steps ---- */
+
+static int step_die_with_parent(pid_t parent)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+		return -1;
+	/* The supervisor may have died before the prctl: then nobody would kill us. */
+	if (getppid() != parent) {
+		errno = ESRCH;
+		return -1;
+	}
+	return 0;
+}
+
+/* Our pid as /proc (the host's view) names it: readlink("/proc/self"). */
+static void step_send_pid(int errfd)
+{
+	char buf[24];
+	ssize_t n = readlink("/proc/self", buf, sizeof buf);
+	long pid = 0;
+	ssize_t i;
+
+	for (i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+		pid = pid * 10 + (buf[i] - '0');
+	if (n <= 0 || i != n || pid <= 0)
+		pid = getpid();
+	send_msg(errfd, MSG_PID, 0, (int)pid);
+}
+
+static const struct {
+	int resource;
+	const char *name;       /* applied/refused name */
+} rlimits[PLAN_RL_COUNT] = {
+	[PLAN_RL_CPU] = { RLIMIT_CPU, "cpu" },
+	[PLAN_RL_AS] = { RLIMIT_AS, "memory" },
+	[PLAN_RL_FSIZE] = { RLIMIT_FSIZE, "file-size" },
+	[PLAN_RL_CORE] = { RLIMIT_CORE, "core-size" },          /* "no-core" when 0 */
+	[PLAN_RL_NOFILE] = { RLIMIT_NOFILE, "open-files" },
+	[PLAN_RL_NPROC] = { RLIMIT_NPROC, "processes" },
+};
+
+static void refuse_rlimit(const char *name, int err, unsigned long long value,
+			  const struct rlimit *cur)
+{
+	struct line l;
+
+	line_start(&l, "refused ");
+	line_add(&l, name);
+	line_add(&l, " ");
+	line_errname(&l, err);
+	if (err == EPERM && cur->rlim_max != RLIM_INFINITY && value > cur->rlim_max) {
+		line_add(&l, " asked for ");
+		line_num(&l, value);
+		line_add(&l, " but the hard limit is ");
+		line_num(&l, cur->rlim_max);
+		line_add(&l, " and raising it needs CAP_SYS_RESOURCE; ask for at most ");
+		line_num(&l, cur->rlim_max);
+	} else if (err == EINVAL) {
+		line_add(&l, " the kernel rejected the value (nofile above fs.nr_open?)");
+	} else {
+		line_add(&l, " setrlimit failed");
+	}
+	line_send(&l, report_get_fd());
+}
+
+/* soft = hard = VALUE, except cpu: hard = VALUE + 1. With soft == hard the kernel sends SIGKILL
+ * at the limit; one more second lets SIGXCPU arrive first (and still kills a program that
+ * ignores it). Refused limits are reported and left as they are. */
+static void step_rlimits(const struct plan *p)
+{
+	int i;
+
+	for (i = 0; i < PLAN_RL_COUNT; i++) {
+		struct rlimit cur, want;
+		unsigned long long v = p->rlimit[i].value;
+
+		if (!p->rlimit[i].set)
+			continue;
+		if (getrlimit(rlimits[i].resource, &cur) != 0)
+			cur.rlim_cur = cur.rlim_max = RLIM_INFINITY;
+		want.rlim_cur = v;
+		want.rlim_max = v;
+		if (i == PLAN_RL_CPU) {
+			want.rlim_max = v + 1;
+			if (cur.rlim_max != RLIM_INFINITY && want.rlim_max > cur.rlim_max &&
+			    v <= cur.rlim_max)
+				want.rlim_max = cur.rlim_max;
+		}
+		if (setrlimit(rlimits[i].resource, &want) != 0) {
+			refuse_rlimit(rlimits[i].name, errno, v, &cur);
+			continue;
+		}
+		if (i == PLAN_RL_CORE && v == 0) {
+			report_applied("no-core");
+		} else if (i == PLAN_RL_NPROC &&
+			   (p->has_ids ? p->uid : getuid()) == 0) {
+			/* Set, but the kernel does not count processes of uid 0 against it. */
+			report_refused("processes", EPERM,
+				       "RLIMIT_NPROC is not enforced for uid 0: run the program with "
+				       "--uid and --gid");
+		} else {
+			report_applied_num(rlimits[i].name, v);
+		}
+	}
+}
+
+static int step_ids(const struct plan *p, int errfd, pid_t parent)
+{
+	if (!p->has_ids)
+		return 0;
+	if (setgroups(0, NULL) != 0)
+		die(errfd, W_SETGROUPS, errno);
+	if (setresgid(p->gid, p->gid, p->gid) != 0)
+		die(errfd, W_SETGID, errno);
+	if (setresuid(p->uid, p->uid, p->uid) != 0)
+		die(errfd, W_SETUID, errno);
+	/* A change of euid clears the parent-death signal: set it again, and re-check. */
+	if (step_die_with_parent(parent) != 0)
+		_exit(EXIT_SETUP);
+	report_applied_num("uid", p->uid);
+	report_applied_num("gid", p->gid);
+	return 0;
+}
+
+static void step_no_new_privs(void)
+{
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0)
+		report_applied("no-new-privs");
+	else
+		report_refused("no-new-privs", errno, explain(W_NO_NEW_PRIVS, errno));
+}
+
+static int step_chdir(const struct plan *p)
+{
+	if (!p->chdir)
+		return 0;
+	if (chdir(p->chdir) != 0)
+		return -1;
+	report_applied("workdir");
+	return 0;
+}
+
+/* Fallback without close_range: mark every fd above 2 listed in /proc/self/fd close-on-exec.
+ * getdents64 into a stack buffer: opendir() would malloc. */
+static int cloexec_proc_fds(void)
+{
+	char buf[4096];
+	int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (dfd < 0)
+		return -1;
+	for (;;) {
+		long n = syscall(SYS_getdents64, dfd, buf, sizeof buf);
+		long off;
+
+		if (n < 0) {
+			int err = errno;
+
+			close(dfd);
+			errno = err;
+			return -1;
+		}
+		if (n == 0)
+			break;
+		for (off = 0; off < n;) {
+			struct dirent64 *d = (struct dirent64 *)(void *)(buf + off);
+			const char *s = d->d_name;
+			int fd = 0;
+
+			off += d->d_reclen;
+			if (*s < '0' || *s > '9')
+				continue;
+			for (; *s >= '0' && *s <= '9'; s++)
+				fd = fd * 10 + (*s - '0');
+			if (fd > 2 && fd != dfd)
+				fcntl(fd, F_SETFD, FD_CLOEXEC);
+		}
+	}
+	close(dfd);
+	return 0;
+}
+
+/* Every fd above 2 is closed at execve: marked close-on-exec, so the report fd and the error pipe
+ * still work until then. */
+static int step_close_fds(void)
+{
+#ifdef SYS_close_range
+	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) {
+		report_applied("closed-fds");
+		return 0;
+	}
+#endif
+	if (cloexec_proc_fds() != 0)
+		return -1;
+	report_applied("closed-fds");
+	return 0;
+}
+
+/* Last before execve (a default SIGPIPE could kill us on a report write to a closed pipe). */
+static void step_signals(void)
+{
+	struct sigaction sa = { 0 };
+	sigset_t none;
+	int s;
+
+	sa.sa_handler = SIG_DFL;
+	sigemptyset(&sa.sa_mask);
+	for (s = 1; s < NSIG; s++)
+		if (s != SIGKILL && s != SIGSTOP)
+			sigaction(s, &sa, NULL);        /* EINVAL for libc-reserved ones: fine */
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
+{
+	const struct plan *p = L->plan;
+
+	if (step_die_with_parent(parent) != 0)
+		_exit(EXIT_SETUP);      /* the supervisor is gone: nobody to tell */
+	step_send_pid(errfd);
+	step_rlimits(p);
+	step_ids(p, errfd, parent);
+	step_no_new_privs();
+	if (step_chdir(p) != 0)
+		die(errfd, W_CHDIR, errno);
+	if (step_close_fds() != 0)
+		die(errfd, W_FDS, errno);
+	report_applied("empty-env");
+	step_signals();
+	execve(p->program, p->args, p->env);
+	die(errfd, W_EXEC, errno);
+}

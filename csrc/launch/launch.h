@@ -1,0 +1,135 @@
+/* launch.h: private header joining the launcher's files.
+ *
+ *   main.c       the flat list of the launcher's own steps
+ *   plan.c       command line -> struct plan (pure)
+ *   report.c     report lines (async-signal-safe), errno names, actionable messages
+ *   ns.c         unshare, user namespace id maps
+ *   supervise.c  init (PID namespace) or subreaper loops, tree kill, exit mirroring
+ *   child.c      the program's steps between fork and execve
+ *   probe.c      --probe
+ *
+ * Process names used in comments: A is the launcher, B the init of a PID namespace (pid 1
+ * inside), C the program (forked by B, or by A without a PID namespace).
+ */
+#ifndef CORRAL_LAUNCH_H
+#define CORRAL_LAUNCH_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "plan.h"
+
+#define NORETURN __attribute__((noreturn))
+
+/* Exit codes of the launcher (besides the program's own). */
+enum {
+	EXIT_USAGE = 2,
+	EXIT_SETUP = 125,
+	EXIT_EXEC = 126,
+	EXIT_NOENT = 127,
+};
+
+/* What failed or was refused: selects the step name and the actionable message. */
+enum what {
+	W_SIGNALS,
+	W_SESSION,
+	W_DEATHSIG,
+	W_PARENT,
+	W_USERNS,
+	W_NETNS,
+	W_PIDNS,
+	W_IDMAP,
+	W_SUBREAPER,
+	W_PIPE,
+	W_FORK,
+	W_RLIMIT,
+	W_SETGROUPS,
+	W_SETGID,
+	W_SETUID,
+	W_NO_NEW_PRIVS,
+	W_CHDIR,
+	W_FDS,
+	W_EXEC,
+	W_COUNT
+};
+
+/* Shared state of the launcher, filled by its steps. */
+struct launch {
+	const struct plan *plan;
+	int sigfd;              /* signalfd for SIGTERM SIGINT SIGHUP SIGCHLD (blocked) */
+	uid_t euid;             /* before any namespace */
+	gid_t egid;
+	int userns;             /* 1: a user namespace was made */
+	int netns;              /* 1: a network namespace was made */
+	int pidns;              /* 1: a PID namespace was made: fork an init */
+};
+
+/* ---- report.c: every function here is async-signal-safe ---- */
+
+#define REPORT_LINE_MAX 1024    /* well under PIPE_BUF: one write() is atomic */
+
+struct line {
+	size_t len;
+	char buf[REPORT_LINE_MAX];
+};
+
+void line_start(struct line *l, const char *word);
+void line_add(struct line *l, const char *s);   /* control characters become '?' */
+void line_num(struct line *l, unsigned long long v);
+void line_errname(struct line *l, int err);     /* "EPERM", or "E123" */
+void line_send(struct line *l, int fd);         /* appends '\n', one write(), fd < 0: nothing */
+
+void report_set_fd(int fd);
+int report_get_fd(void);
+void report_header(void);
+void report_applied(const char *name);
+void report_applied_num(const char *name, unsigned long long v);
+void report_refused(const char *name, int err, const char *msg);
+void report_fatal(enum what w, int err, const char *detail);   /* message from explain() */
+void report_pid(pid_t pid);
+void report_status(int wstatus);
+void report_usage(const struct rusage *ru);
+
+const char *errno_name(int err);                /* NULL when unknown */
+const char *explain(enum what w, int err);      /* never NULL */
+const char *what_step(enum what w);             /* the STEP of a fatal line */
+
+/* ---- ns.c ---- */
+
+int ns_apply(struct launch *L);                 /* 0, or -1 after a fatal line */
+void ns_private_proc(void);                     /* in the init of a PID namespace */
+
+/* ---- child.c: C, between fork and execve ---- */
+
+/* Messages from C to its supervisor over the close-on-exec pipe; EOF alone: execve worked. */
+enum { MSG_PID = 1, MSG_FATAL = 2 };
+
+struct child_msg {
+	int kind;
+	int what;               /* MSG_FATAL: enum what */
+	int value;              /* MSG_PID: pid in /proc's namespace; MSG_FATAL: errno */
+};
+
+/* parent: the supervisor's getpid() before fork; errfd: write end of the pipe. */
+NORETURN void child_run(const struct launch *L, pid_t parent, int errfd);
+
+/* ---- supervise.c ---- */
+
+enum { OUTCOME_EXIT = 1, OUTCOME_SIGNAL = 2 };
+
+struct outcome {
+	int kind;
+	int value;              /* exit code or signal number */
+};
+
+int supervise_prepare(struct launch *L);        /* signals; 0 or -1 after a fatal line */
+void supervise_run(struct launch *L, struct outcome *out);
+NORETURN void outcome_exit(const struct outcome *out);
+
+/* ---- probe.c ---- */
+
+int probe_run(void);
+
+#endif

@@ -1,0 +1,389 @@
+/* plan.c: parse the command line into a struct plan (pure: no system calls, no output). */
+#include "plan.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const rlimit_names[PLAN_RL_COUNT] = {
+	[PLAN_RL_CPU] = "cpu",
+	[PLAN_RL_AS] = "as",
+	[PLAN_RL_FSIZE] = "fsize",
+	[PLAN_RL_CORE] = "core",
+	[PLAN_RL_NOFILE] = "nofile",
+	[PLAN_RL_NPROC] = "nproc",
+};
+
+static const char help_text[] =
+	"usage: corral-launch [OPTIONS] -- PROGRAM [ARGS...]\n"
+	"       corral-launch --probe\n"
+	"       corral-launch --help\n"
+	"\n"
+	"Runs PROGRAM in a new process under a confinement plan: a new session, death\n"
+	"with the parent, optional network and PID namespaces (with a user namespace\n"
+	"when needed), rlimits, uid/gid, no_new_privs, a working directory, every fd\n"
+	"above 2 closed, exactly the given environment. Kills every descendant when the\n"
+	"program ends, and reports what it applied (see docs/internals.md).\n"
+	"\n"
+	"options:\n"
+	"  --report-fd N         write the report to fd N (the host passes 3);\n"
+	"                        default: no report\n"
+	"  --parent-pid PID      exit 125 at once unless the parent's pid is PID\n"
+	"  --net new|require|host\n"
+	"                        new: an empty network namespace (only lo), or\n"
+	"                        run without one when refused; require: refusal\n"
+	"                        is fatal (exit 125); default host\n"
+	"  --pidns               a new PID namespace, under an init, with its own\n"
+	"                        /proc (in a new mount namespace) when allowed\n"
+	"  --no-pidns            no PID namespace: a subreaper kills the\n"
+	"                        descendants (default)\n"
+	"  --userns auto|never|always\n"
+	"                        auto (default): add a user namespace only when\n"
+	"                        the namespaces are refused without one\n"
+	"  --uid U --gid G       run the program as U:G (both; needs root)\n"
+	"  --sweep-uid           after the run, kill every process of uid U\n"
+	"                        (default with --uid, without a PID namespace)\n"
+	"  --no-sweep-uid        do not\n"
+	"  --rlimit NAME=VALUE   repeatable; soft = hard = VALUE (cpu: hard is\n"
+	"                        VALUE + 1, so SIGXCPU comes first); NAME: cpu\n"
+	"                        (seconds), as, fsize (bytes), core, nofile, nproc\n"
+	"  --env NAME=VALUE      repeatable; the program's whole environment\n"
+	"  --chdir DIR           the program's working directory\n"
+	"  --probe               print what this host allows, one line each\n"
+	"  --help                this text\n"
+	"\n"
+	"Options also take the --opt=VALUE form. PROGRAM is used as given (no PATH\n"
+	"search).\n"
+	"\n"
+	"exit status: the program's exit code, or its terminating signal re-raised on\n"
+	"the launcher (no core dump); a run ended by SIGTERM, SIGINT or SIGHUP to the\n"
+	"launcher ends by SIGKILL; 125 setup failed; 126 execve refused; 127 PROGRAM\n"
+	"not found; 2 bad usage.\n";
+
+const char *plan_help(void)
+{
+	return help_text;
+}
+
+const char *plan_rlimit_name(enum plan_rlimit r)
+{
+	return (r >= 0 && r < PLAN_RL_COUNT) ? rlimit_names[r] : "?";
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen > 0) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+/* Decimal digits only (no sign, no spaces), at most max. */
+static int parse_u64(const char *s, unsigned long long max, unsigned long long *out)
+{
+	unsigned long long v = 0;
+
+	if (!s || !*s)
+		return -1;
+	for (; *s; s++) {
+		unsigned d;
+
+		if (*s < '0' || *s > '9')
+			return -1;
+		d = (unsigned)(*s - '0');
+		if (v > (max - d) / 10)
+			return -2;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
+}
+
+static int number(const char *opt, const char *s, unsigned long long min, unsigned long long max,
+		  unsigned long long *out, char *err, size_t errlen)
+{
+	int r = parse_u64(s, max, out);
+
+	if (r == -1)
+		return fail(err, errlen, "%s: '%s' is not a number", opt, s);
+	if (r == -2 || *out < min)
+		return fail(err, errlen, "%s: %s is out of range (%llu..%llu)", opt, s, min, max);
+	return 0;
+}
+
+static int parse_rlimit(struct plan *p, const char *s, char *err, size_t errlen)
+{
+	const char *eq = strchr(s, '=');
+	size_t n;
+	int i;
+	unsigned long long v;
+
+	if (!eq)
+		return fail(err, errlen, "--rlimit: '%s' is not NAME=VALUE", s);
+	n = (size_t)(eq - s);
+	for (i = 0; i < PLAN_RL_COUNT; i++)
+		if (strlen(rlimit_names[i]) == n && memcmp(rlimit_names[i], s, n) == 0)
+			break;
+	if (i == PLAN_RL_COUNT)
+		return fail(err, errlen,
+			    "--rlimit: unknown name '%.*s' (expected cpu as fsize core nofile nproc)",
+			    (int)(n > 64 ? 64 : n), s);
+	/* RLIM_INFINITY is ~0ULL; cpu needs room for hard = value + 1. */
+	if (number("--rlimit", eq + 1, 0, ~0ULL - 2, &v, err, errlen))
+		return -1;
+	p->rlimit[i].set = 1;
+	p->rlimit[i].value = v;
+	return 0;
+}
+
+static int parse_env(struct plan *p, const char *s, char *err, size_t errlen)
+{
+	const char *eq = strchr(s, '=');
+
+	if (!eq || eq == s)
+		return fail(err, errlen, "--env: '%s' is not NAME=VALUE", s);
+	p->env[p->nenv++] = (char *)s;
+	return 0;
+}
+
+/* Options that take a value; the rest are flags. */
+enum opt {
+	O_REPORT_FD, O_PARENT_PID, O_NET, O_USERNS, O_UID, O_GID, O_RLIMIT, O_ENV, O_CHDIR,
+	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_COUNT
+};
+
+static const struct {
+	const char *name;
+	int has_value;
+	int repeatable;
+} opts[O_COUNT] = {
+	[O_REPORT_FD] = { "--report-fd", 1, 0 },
+	[O_PARENT_PID] = { "--parent-pid", 1, 0 },
+	[O_NET] = { "--net", 1, 0 },
+	[O_USERNS] = { "--userns", 1, 0 },
+	[O_UID] = { "--uid", 1, 0 },
+	[O_GID] = { "--gid", 1, 0 },
+	[O_RLIMIT] = { "--rlimit", 1, 1 },
+	[O_ENV] = { "--env", 1, 1 },
+	[O_CHDIR] = { "--chdir", 1, 0 },
+	[O_PIDNS] = { "--pidns", 0, 0 },
+	[O_NO_PIDNS] = { "--no-pidns", 0, 0 },
+	[O_SWEEP_UID] = { "--sweep-uid", 0, 0 },
+	[O_NO_SWEEP_UID] = { "--no-sweep-uid", 0, 0 },
+	[O_PROBE] = { "--probe", 0, 0 },
+	[O_HELP] = { "--help", 0, 0 },
+};
+
+static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_t errlen)
+{
+	unsigned long long n;
+
+	switch (o) {
+	case O_REPORT_FD:
+		if (number("--report-fd", v, 0, INT_MAX, &n, err, errlen))
+			return -1;
+		p->report_fd = (int)n;
+		return 0;
+	case O_PARENT_PID:
+		if (number("--parent-pid", v, 1, INT_MAX, &n, err, errlen))
+			return -1;
+		p->parent_pid = (pid_t)n;
+		return 0;
+	case O_NET:
+		if (strcmp(v, "new") == 0)
+			p->net = PLAN_NET_NEW;
+		else if (strcmp(v, "require") == 0)
+			p->net = PLAN_NET_REQUIRE;
+		else if (strcmp(v, "host") == 0)
+			p->net = PLAN_NET_HOST;
+		else
+			return fail(err, errlen, "--net: '%s' is not new, require or host", v);
+		return 0;
+	case O_USERNS:
+		if (strcmp(v, "auto") == 0)
+			p->userns = PLAN_USERNS_AUTO;
+		else if (strcmp(v, "never") == 0)
+			p->userns = PLAN_USERNS_NEVER;
+		else if (strcmp(v, "always") == 0)
+			p->userns = PLAN_USERNS_ALWAYS;
+		else
+			return fail(err, errlen, "--userns: '%s' is not auto, never or always", v);
+		return 0;
+	case O_UID:
+		/* (uid_t)-1 means "unchanged" to setresuid: not a uid. */
+		if (number("--uid", v, 0, 4294967294ULL, &n, err, errlen))
+			return -1;
+		p->uid = (uid_t)n;
+		return 0;
+	case O_GID:
+		if (number("--gid", v, 0, 4294967294ULL, &n, err, errlen))
+			return -1;
+		p->gid = (gid_t)n;
+		return 0;
+	case O_RLIMIT:
+		return parse_rlimit(p, v, err, errlen);
+	case O_ENV:
+		return parse_env(p, v, err, errlen);
+	case O_CHDIR:
+		if (!*v)
+			return fail(err, errlen, "--chdir: empty directory");
+		p->chdir = v;
+		return 0;
+	case O_PIDNS:
+		p->pidns = 1;
+		return 0;
+	case O_NO_PIDNS:
+		p->pidns = 0;
+		return 0;
+	case O_SWEEP_UID:
+		p->sweep_uid = 1;
+		return 0;
+	case O_NO_SWEEP_UID:
+		p->sweep_uid = 0;
+		return 0;
+	case O_PROBE:
+		p->mode = PLAN_PROBE;
+		return 0;
+	case O_HELP:
+	case O_COUNT:
+		break;
+	}
+	return 0;
+}
+
+int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
+{
+	int seen[O_COUNT] = { 0 };
+	int nopts = 0;
+	int i;
+	size_t n;
+
+	memset(p, 0, sizeof *p);
+	p->report_fd = -1;
+	p->sweep_uid = 1;
+	if (err && errlen > 0)
+		err[0] = '\0';
+	if (argc < 1)
+		argc = 1;       /* no argv[0]: treated as no arguments at all */
+
+	/* One vector holds env then args; neither can have more entries than argc. */
+	n = (size_t)argc + 1;
+	p->vec_ = calloc(2 * n, sizeof *p->vec_);
+	if (!p->vec_)
+		return fail(err, errlen, "out of memory");
+	p->env = p->vec_;
+	p->args = p->vec_ + n;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = NULL;
+		size_t len;
+		int o;
+
+		if (!a)
+			goto bad_null;
+		if (strcmp(a, "--") == 0) {
+			i++;
+			break;
+		}
+		if (strncmp(a, "--", 2) != 0)
+			break;          /* PROGRAM */
+		len = strcspn(a, "=");
+		for (o = 0; o < O_COUNT; o++)
+			if (strlen(opts[o].name) == len && memcmp(opts[o].name, a, len) == 0)
+				break;
+		if (o == O_COUNT) {
+			fail(err, errlen, "unknown option %.*s (see --help)", (int)(len > 64 ? 64 : len), a);
+			goto bad;
+		}
+		if (o == O_HELP) {
+			p->mode = PLAN_HELP;
+			return 0;
+		}
+		if (opts[o].has_value) {
+			if (a[len] == '=') {
+				v = a + len + 1;
+			} else if (i + 1 < argc && argv[i + 1]) {
+				v = argv[++i];
+			} else {
+				fail(err, errlen, "%s needs a value", opts[o].name);
+				goto bad;
+			}
+		} else if (a[len] == '=') {
+			fail(err, errlen, "%s takes no value", opts[o].name);
+			goto bad;
+		}
+		if (seen[o] && !opts[o].repeatable) {
+			fail(err, errlen, "%s given twice", opts[o].name);
+			goto bad;
+		}
+		seen[o] = 1;
+		nopts++;
+		if (apply_opt(p, (enum opt)o, v, err, errlen))
+			goto bad;
+	}
+
+	if (seen[O_PIDNS] && seen[O_NO_PIDNS]) {
+		fail(err, errlen, "--pidns and --no-pidns conflict");
+		goto bad;
+	}
+	if (seen[O_SWEEP_UID] && seen[O_NO_SWEEP_UID]) {
+		fail(err, errlen, "--sweep-uid and --no-sweep-uid conflict");
+		goto bad;
+	}
+	if (p->mode == PLAN_PROBE) {
+		if (nopts != 1 || i < argc) {
+			fail(err, errlen, "--probe takes no other option and no PROGRAM");
+			goto bad;
+		}
+		return 0;
+	}
+	if (seen[O_UID] != seen[O_GID]) {
+		fail(err, errlen, "--uid and --gid go together");
+		goto bad;
+	}
+	p->has_ids = seen[O_UID];
+	if (i >= argc) {
+		fail(err, errlen, "no PROGRAM (usage: corral-launch [OPTIONS] -- PROGRAM [ARGS...])");
+		goto bad;
+	}
+	if (!argv[i])
+		goto bad_null;
+	if (!*argv[i]) {
+		fail(err, errlen, "PROGRAM is an empty string");
+		goto bad;
+	}
+	p->program = argv[i];
+	for (; i < argc; i++) {
+		if (!argv[i])
+			goto bad_null;
+		p->args[p->nargs++] = argv[i];
+	}
+	p->mode = PLAN_RUN;
+	return 0;
+
+bad_null:
+	fail(err, errlen, "argument %d is NULL", i);
+bad:
+	plan_free(p);
+	return -1;
+}
+
+void plan_free(struct plan *p)
+{
+	free(p->vec_);
+	p->vec_ = NULL;
+	p->env = NULL;
+	p->args = NULL;
+	p->nenv = 0;
+	p->nargs = 0;
+}

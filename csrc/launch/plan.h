@@ -1,0 +1,67 @@
+/* plan.h: the launcher's command line, parsed into a plan.
+ *
+ * plan_parse() is pure: it makes no system call, writes nothing, and only reads argv[0..argc-1]
+ * (argv need not be NULL-terminated), so a fuzz harness can call it directly. Strings in the
+ * plan point into argv; the two vectors (env, args) are allocated and released by plan_free().
+ */
+#ifndef CORRAL_PLAN_H
+#define CORRAL_PLAN_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+enum plan_mode { PLAN_RUN, PLAN_PROBE, PLAN_HELP };
+enum plan_net { PLAN_NET_HOST, PLAN_NET_NEW, PLAN_NET_REQUIRE };
+enum plan_userns { PLAN_USERNS_AUTO, PLAN_USERNS_NEVER, PLAN_USERNS_ALWAYS };
+
+/* In the order the program child applies and reports them. */
+enum plan_rlimit {
+	PLAN_RL_CPU,
+	PLAN_RL_AS,
+	PLAN_RL_FSIZE,
+	PLAN_RL_CORE,
+	PLAN_RL_NOFILE,
+	PLAN_RL_NPROC,
+	PLAN_RL_COUNT
+};
+
+struct plan_limit {
+	int set;                    /* 1 when --rlimit NAME=... was given (the last one wins) */
+	unsigned long long value;   /* below RLIM_INFINITY */
+};
+
+struct plan {
+	enum plan_mode mode;
+	int report_fd;              /* -1: no report */
+	pid_t parent_pid;           /* 0: not checked */
+	enum plan_net net;
+	int pidns;                  /* 1: --pidns */
+	enum plan_userns userns;
+	int has_ids;                /* 1: --uid and --gid were given */
+	uid_t uid;
+	gid_t gid;
+	int sweep_uid;              /* kill(-1) as the uid after the run (subreaper mode) */
+	struct plan_limit rlimit[PLAN_RL_COUNT];
+	const char *chdir;          /* NULL: stay */
+	char **env;                 /* NULL-terminated, exactly the --env values */
+	size_t nenv;
+	const char *program;        /* used as given, no PATH search */
+	char **args;                /* NULL-terminated; args[0] == program */
+	size_t nargs;
+	char **vec_;                /* the one allocation behind env and args */
+};
+
+/* Fills *p from the command line. Returns 0, or -1 with a one-line description of what is wrong
+ * in err (no "corral-launch:" prefix, no newline); on -1 nothing is left allocated. */
+int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen);
+
+/* Releases what plan_parse() allocated; safe on a zeroed plan and safe to call twice. */
+void plan_free(struct plan *p);
+
+/* The --help text. */
+const char *plan_help(void);
+
+/* "cpu", "as"... for an enum plan_rlimit. */
+const char *plan_rlimit_name(enum plan_rlimit r);
+
+#endif

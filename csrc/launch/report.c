@@ -1,0 +1,394 @@
+/* report.c: the report on --report-fd, errno names and actionable messages.
+ *
+ * Everything here is async-signal-safe (no stdio, no malloc, no locale): the program child uses
+ * it between fork and execve. Each line is built in a stack buffer and sent with one write(),
+ * which is atomic on a pipe because it is shorter than PIPE_BUF.
+ */
+#include "launch.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+_Static_assert(REPORT_LINE_MAX <= PIPE_BUF, "a report line must fit in one atomic write");
+
+static int report_fd = -1;
+
+void report_set_fd(int fd)
+{
+	report_fd = fd;
+}
+
+int report_get_fd(void)
+{
+	return report_fd;
+}
+
+/* ---- line builder ---- */
+
+void line_start(struct line *l, const char *word)
+{
+	l->len = 0;
+	line_add(l, word);
+}
+
+void line_add(struct line *l, const char *s)
+{
+	/* Keep room for the final '\n'. */
+	for (; s && *s && l->len < sizeof l->buf - 1; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		l->buf[l->len++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+	}
+}
+
+void line_num(struct line *l, unsigned long long v)
+{
+	char tmp[24];
+	size_t i = sizeof tmp - 1;
+
+	tmp[i] = '\0';
+	do {
+		tmp[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	line_add(l, tmp + i);
+}
+
+void line_errname(struct line *l, int err)
+{
+	const char *n = errno_name(err);
+
+	if (n) {
+		line_add(l, n);
+	} else {
+		line_add(l, "E");
+		line_num(l, (unsigned)err);
+	}
+}
+
+void line_send(struct line *l, int fd)
+{
+	size_t off = 0;
+
+	if (fd < 0)
+		return;
+	l->buf[l->len++] = '\n';
+	while (off < l->len) {
+		ssize_t n = write(fd, l->buf + off, l->len - off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;          /* EPIPE etc.: the reader is gone, nothing to do */
+		off += (size_t)n;
+	}
+	l->len--;
+}
+
+/* ---- records ---- */
+
+void report_header(void)
+{
+	struct line l;
+
+	line_start(&l, "corral-launch 1");
+	line_send(&l, report_fd);
+}
+
+void report_applied(const char *name)
+{
+	struct line l;
+
+	line_start(&l, "applied ");
+	line_add(&l, name);
+	line_send(&l, report_fd);
+}
+
+void report_applied_num(const char *name, unsigned long long v)
+{
+	struct line l;
+
+	line_start(&l, "applied ");
+	line_add(&l, name);
+	line_add(&l, " ");
+	line_num(&l, v);
+	line_send(&l, report_fd);
+}
+
+void report_refused(const char *name, int err, const char *msg)
+{
+	struct line l;
+
+	line_start(&l, "refused ");
+	line_add(&l, name);
+	line_add(&l, " ");
+	line_errname(&l, err);
+	line_add(&l, " ");
+	line_add(&l, msg);
+	line_send(&l, report_fd);
+}
+
+void report_fatal(enum what w, int err, const char *detail)
+{
+	struct line l;
+
+	line_start(&l, "fatal ");
+	line_add(&l, what_step(w));
+	line_add(&l, " ");
+	line_errname(&l, err);
+	line_add(&l, " ");
+	if (detail) {
+		line_add(&l, detail);
+		line_add(&l, ": ");
+	}
+	line_add(&l, explain(w, err));
+	line_send(&l, report_fd);
+}
+
+void report_pid(pid_t pid)
+{
+	struct line l;
+
+	line_start(&l, "pid ");
+	line_num(&l, (unsigned long long)pid);
+	line_send(&l, report_fd);
+}
+
+void report_status(int wstatus)
+{
+	struct line l;
+
+	if (WIFSIGNALED(wstatus)) {
+		line_start(&l, "status signal ");
+		line_num(&l, (unsigned)WTERMSIG(wstatus));
+	} else {
+		line_start(&l, "status exit ");
+		line_num(&l, (unsigned)WEXITSTATUS(wstatus));
+	}
+	line_send(&l, report_fd);
+}
+
+static unsigned long long tv_us(const struct timeval *tv)
+{
+	return (unsigned long long)tv->tv_sec * 1000000ULL + (unsigned long long)tv->tv_usec;
+}
+
+void report_usage(const struct rusage *ru)
+{
+	struct line l;
+
+	line_start(&l, "usage ");
+	line_num(&l, tv_us(&ru->ru_utime));
+	line_add(&l, " ");
+	line_num(&l, tv_us(&ru->ru_stime));
+	line_add(&l, " ");
+	line_num(&l, ru->ru_maxrss > 0 ? (unsigned long long)ru->ru_maxrss : 0);   /* kB on Linux */
+	line_send(&l, report_fd);
+}
+
+/* ---- errno names ---- */
+
+#define ERRNO_NAMES(X) \
+	X(EPERM) X(ENOENT) X(ESRCH) X(EINTR) X(EIO) X(ENXIO) X(E2BIG) X(ENOEXEC) X(EBADF) \
+	X(ECHILD) X(EAGAIN) X(ENOMEM) X(EACCES) X(EFAULT) X(EBUSY) X(EEXIST) X(EXDEV) \
+	X(ENODEV) X(ENOTDIR) X(EISDIR) X(EINVAL) X(ENFILE) X(EMFILE) X(ENOTTY) X(ETXTBSY) \
+	X(EFBIG) X(ENOSPC) X(ESPIPE) X(EROFS) X(EMLINK) X(EPIPE) X(EDOM) X(ERANGE) \
+	X(ENAMETOOLONG) X(ENOSYS) X(ELOOP) X(EUSERS) X(EOVERFLOW) X(ELIBBAD) X(EOPNOTSUPP) \
+	X(ESTALE) X(EDQUOT) X(ENOMEDIUM) X(ETIMEDOUT)
+
+const char *errno_name(int err)
+{
+	switch (err) {
+#define X(e) case e: return #e;
+	ERRNO_NAMES(X)
+#undef X
+	default:
+		return NULL;
+	}
+}
+
+/* ---- messages: say what to change ---- */
+
+static const char *const steps[W_COUNT] = {
+	[W_SIGNALS] = "signals",
+	[W_SESSION] = "session",
+	[W_DEATHSIG] = "die-with-parent",
+	[W_PARENT] = "parent-pid",
+	[W_USERNS] = "user-namespace",
+	[W_NETNS] = "no-network",
+	[W_PIDNS] = "pid-namespace",
+	[W_IDMAP] = "user-namespace",
+	[W_SUBREAPER] = "subreaper",
+	[W_PIPE] = "pipe",
+	[W_FORK] = "fork",
+	[W_RLIMIT] = "rlimit",
+	[W_SETGROUPS] = "uid",
+	[W_SETGID] = "uid",
+	[W_SETUID] = "uid",
+	[W_NO_NEW_PRIVS] = "no-new-privs",
+	[W_CHDIR] = "chdir",
+	[W_FDS] = "closed-fds",
+	[W_EXEC] = "exec",
+};
+
+const char *what_step(enum what w)
+{
+	return (w >= 0 && w < W_COUNT && steps[w]) ? steps[w] : "setup";
+}
+
+static const char *generic(int err)
+{
+	switch (err) {
+	case EPERM: return "operation not permitted";
+	case EACCES: return "permission denied";
+	case ENOENT: return "no such file or directory";
+	case ENOMEM: return "out of memory";
+	case EAGAIN: return "resource temporarily unavailable (a process or memory limit?)";
+	case EINVAL: return "invalid argument (the kernel lacks this feature?)";
+	case ENOSYS: return "system call not implemented by this kernel (or blocked by seccomp)";
+	case ENOSPC: return "a kernel limit was reached";
+	case EMFILE: return "too many open files (RLIMIT_NOFILE)";
+	case ENFILE: return "too many open files in the system (fs.file-max)";
+	default: return "unexpected error";
+	}
+}
+
+static const char userns_hint[] =
+	"check the sysctls kernel.unprivileged_userns_clone (must be 1) and "
+	"user.max_user_namespaces (must be > 0), and kernel.apparmor_restrict_unprivileged_userns "
+	"(must be 0) where it exists; or run as root";
+
+const char *explain(enum what w, int err)
+{
+	switch (w) {
+	case W_USERNS:
+		if (err == EPERM || err == EACCES)
+			return userns_hint;
+		if (err == ENOSPC || err == EUSERS)
+			return "user namespaces exhausted: raise the sysctl user.max_user_namespaces "
+			       "(0 disables them) or nest less than 32 deep";
+		if (err == EINVAL)
+			return "the kernel has no user namespaces (CONFIG_USER_NS), or the launcher runs "
+			       "in a chroot";
+		break;
+	case W_NETNS:
+		if (err == EPERM)
+			return "needs root or a user namespace (CAP_SYS_ADMIN)";
+		if (err == EINVAL)
+			return "the kernel has no network namespaces (CONFIG_NET_NS)";
+		if (err == ENOSPC)
+			return "network namespaces exhausted: raise the sysctl user.max_net_namespaces";
+		break;
+	case W_PIDNS:
+		if (err == EPERM)
+			return "needs root or a user namespace (CAP_SYS_ADMIN)";
+		if (err == EINVAL)
+			return "the kernel has no PID namespaces (CONFIG_PID_NS)";
+		if (err == ENOSPC)
+			return "PID namespaces exhausted: raise the sysctl user.max_pid_namespaces, or "
+			       "nest less than 32 deep";
+		if (err == ENOMEM)
+			return "the PID namespace's init has already exited";
+		break;
+	case W_IDMAP:
+		return "writing /proc/self/setgroups, uid_map or gid_map of the new user namespace "
+		       "failed; is /proc mounted?";
+	case W_SESSION:
+		if (err == EPERM)
+			return "the launcher is already a process-group leader (started by a shell with "
+			       "job control?); it keeps the caller's session";
+		break;
+	case W_DEATHSIG:
+		return "prctl(PR_SET_PDEATHSIG) failed";
+	case W_PARENT:
+		return "getppid() is not --parent-pid: the parent exited before the launcher could tie "
+		       "itself to it (or the wrong pid was passed)";
+	case W_SUBREAPER:
+		if (err == EINVAL)
+			return "the kernel has no PR_SET_CHILD_SUBREAPER (older than 3.4); only the "
+			       "process group is killed";
+		break;
+	case W_FORK:
+		if (err == EAGAIN)
+			return "cannot fork: RLIMIT_NPROC of the launcher's uid, kernel.pid_max, "
+			       "kernel.threads-max or the pids cgroup limit was reached";
+		if (err == ENOMEM)
+			return "cannot fork: out of memory, or the PID namespace's init has exited";
+		break;
+	case W_PIPE:
+		return "cannot make an internal pipe: too many open files?";
+	case W_SIGNALS:
+		return "cannot block signals or make a signalfd";
+	case W_SETGROUPS:
+		if (err == EPERM)
+			return "setgroups() refused: changing ids needs root (CAP_SETGID) outside a user "
+			       "namespace; the policy passes --uid/--gid only when running as root";
+		break;
+	case W_SETGID:
+		if (err == EPERM)
+			return "setresgid() refused: needs root (CAP_SETGID)";
+		if (err == EINVAL)
+			return "setresgid() refused: the gid is not mapped in this user namespace; do "
+			       "not combine --gid with a user namespace";
+		break;
+	case W_SETUID:
+		if (err == EPERM)
+			return "setresuid() refused: needs root (CAP_SETUID)";
+		if (err == EINVAL)
+			return "setresuid() refused: the uid is not mapped in this user namespace; do "
+			       "not combine --uid with a user namespace";
+		if (err == EAGAIN)
+			return "setresuid() refused: the uid is over its RLIMIT_NPROC";
+		break;
+	case W_NO_NEW_PRIVS:
+		return "prctl(PR_SET_NO_NEW_PRIVS) failed: kernel older than 3.5?";
+	case W_CHDIR:
+		if (err == ENOENT)
+			return "the --chdir directory does not exist";
+		if (err == EACCES)
+			return "the program's uid cannot enter the --chdir directory: check the "
+			       "permissions along its path (chown the run directory to --uid)";
+		if (err == ENOTDIR)
+			return "--chdir is not a directory";
+		break;
+	case W_FDS:
+		return "cannot close inherited file descriptors (close_range and /proc/self/fd both "
+		       "failed); is /proc mounted?";
+	case W_EXEC:
+		switch (err) {
+		case ENOENT:
+			return "PROGRAM (or its #! interpreter or ELF loader) does not exist; pass an "
+			       "absolute path, there is no PATH search";
+		case EACCES:
+			return "PROGRAM is not executable by the program's uid, a directory on its path "
+			       "is not searchable, or it is on a noexec mount";
+		case ENOEXEC:
+			return "PROGRAM is not in an executable format (a script without #!?)";
+		case ETXTBSY:
+			return "PROGRAM is open for writing";
+		case E2BIG:
+			return "the arguments and environment are too large";
+		case EAGAIN:
+			return "the uid is over RLIMIT_NPROC: processes of this uid are still running "
+			       "(lower the load or pick an unused uid)";
+		case ENOMEM:
+			return "not enough memory to load PROGRAM: the memory rlimit (as) is too small";
+		case EPERM:
+			return "refused by a security module or a nosuid mount under no_new_privs";
+		case ENOTDIR:
+		case ELOOP:
+		case ENAMETOOLONG:
+			return "bad PROGRAM path";
+		case EISDIR:
+			return "PROGRAM is a directory";
+		}
+		break;
+	case W_RLIMIT:
+	case W_COUNT:
+		break;
+	}
+	return generic(err);
+}

@@ -1,0 +1,611 @@
+/* supervise.c: run the program and make sure nothing outlives it.
+ *
+ * With a PID namespace, A forks the init B (pid 1 inside); B forks C, reaps everything, and when
+ * C is reaped reports status and usage, hands C's outcome to A over a pipe and exits: the kernel
+ * then kills the rest of the namespace. Without one, A is a subreaper, forks C itself, and after
+ * C is reaped kills every remaining descendant (and, with --uid, every process of that uid).
+ *
+ * A blocks SIGTERM SIGINT SIGHUP SIGCHLD and reads them from a signalfd in a poll() loop, so no
+ * wakeup is lost and every wait can be cut short. One of the first three ends the run: without a
+ * PID namespace A sweeps the tree itself; with one, A sends SIGTERM to B, which kills and reaps
+ * the namespace and reports, and after INIT_STOP_MS A sends SIGKILL to B instead.
+ *
+ * A mirrors C's end: its exit code, or C's signal re-raised on itself (B, being pid 1, could
+ * not); a run ended by a signal to A ends by SIGKILL, as the program did.
+ */
+#include "launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- signals ---- */
+
+int supervise_prepare(struct launch *L)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGCHLD);
+	/* Report writes to a closed pipe fail with EPIPE instead of killing us (and C, until it
+	 * resets its signals), as writes past C's file-size limit to a report file fail with EFBIG.
+	 * A SIGCHLD ignored by whoever started us would make the kernel reap our children behind our
+	 * back. */
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN);
+	signal(SIGCHLD, SIG_DFL);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
+		goto fail;
+	L->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (L->sigfd < 0)
+		goto fail;
+	return 0;
+fail:
+	report_fatal(W_SIGNALS, errno, NULL);
+	return -1;
+}
+
+/* Reads every pending signal; 1 when one of them asks to end the run. */
+static int drain_signals(int sigfd)
+{
+	struct signalfd_siginfo si;
+	int stop = 0;
+
+	while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si)
+		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP)
+			stop = 1;
+	return stop;
+}
+
+/* The supervisor needs no stdin/stdout/stderr once the program has them: let the host see EOF
+ * as soon as the program's tree is gone. */
+static void null_stdio(void)
+{
+	int rfd = report_get_fd();
+	int nfd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	int fd;
+
+	for (fd = 0; fd <= 2; fd++) {
+		if (fd == rfd || fd == nfd)
+			continue;
+		if (nfd >= 0)
+			dup2(nfd, fd);
+		else
+			close(fd);
+	}
+	if (nfd > 2 && nfd != rfd)
+		close(nfd);
+}
+
+/* ---- the program C, seen from its parent (A or B) ---- */
+
+struct prog {
+	pid_t pid;              /* fork()'s value (namespace-local under B) */
+	pid_t shown;            /* as /proc names it, from MSG_PID */
+	int errfd;              /* read end of C's close-on-exec pipe; -1 after EOF */
+	int have_fatal;
+	int fatal_what;
+	int fatal_err;
+	int reaped;
+	int wstatus;
+};
+
+static int prog_start(struct launch *L, struct prog *c)
+{
+	int fds[2];
+	pid_t parent = getpid();
+	int err;
+
+	memset(c, 0, sizeof *c);
+	c->errfd = -1;
+	if (pipe2(fds, O_CLOEXEC) != 0) {
+		report_fatal(W_PIPE, errno, NULL);
+		return -1;
+	}
+	c->pid = fork();
+	if (c->pid == 0) {
+		close(fds[0]);
+		if (L->sigfd >= 0)
+			close(L->sigfd);
+		child_run(L, parent, fds[1]);
+	}
+	err = errno;
+	close(fds[1]);
+	if (c->pid < 0) {
+		close(fds[0]);
+		report_fatal(W_FORK, err, NULL);
+		return -1;
+	}
+	c->errfd = fds[0];
+	c->shown = c->pid;
+	return 0;
+}
+
+/* One read of C's pipe (blocks if nothing is there). At EOF, execve has worked (or C died):
+ * report its pid unless a fatal message came. */
+static void prog_read(struct prog *c)
+{
+	struct child_msg m;
+	ssize_t n = read(c->errfd, &m, sizeof m);
+
+	if (n < 0 && errno == EINTR)
+		return;
+	if (n == (ssize_t)sizeof m) {
+		if (m.kind == MSG_PID && m.value > 0) {
+			c->shown = m.value;
+		} else if (m.kind == MSG_FATAL && !c->have_fatal) {
+			c->have_fatal = 1;
+			c->fatal_what = m.what;
+			c->fatal_err = m.value;
+		}
+		return;
+	}
+	close(c->errfd);
+	c->errfd = -1;
+	if (!c->have_fatal)
+		report_pid(c->shown);
+}
+
+/* C is gone (or being killed): the fatal line, or status and usage; and what A must do. */
+static void prog_finish(struct prog *c, struct outcome *out)
+{
+	struct rusage ru;
+	int st = c->reaped ? c->wstatus : SIGKILL;  /* never reaped: it died with the tree */
+
+	if (c->have_fatal) {
+		int w = c->fatal_what;
+
+		report_fatal((enum what)w, c->fatal_err, NULL);
+		out->kind = OUTCOME_EXIT;
+		if (w == W_EXEC)
+			out->value = c->fatal_err == ENOENT ? EXIT_NOENT : EXIT_EXEC;
+		else
+			out->value = EXIT_SETUP;
+		return;
+	}
+	report_status(st);
+	if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+		report_usage(&ru);
+	if (WIFSIGNALED(st)) {
+		out->kind = OUTCOME_SIGNAL;
+		out->value = WTERMSIG(st);
+	} else {
+		out->kind = OUTCOME_EXIT;
+		out->value = WEXITSTATUS(st);
+	}
+}
+
+/* One waitpid(-1, WNOHANG): 1 reaped a child, 0 none ready, -1 no child left. */
+static int reap_one(struct prog *c)
+{
+	int st;
+	pid_t r = waitpid(-1, &st, WNOHANG);
+
+	if (r > 0) {
+		if (r == c->pid && !c->reaped) {
+			c->reaped = 1;
+			c->wstatus = st;
+		}
+		return 1;
+	}
+	if (r == 0 || errno == EINTR)
+		return 0;
+	return -1;
+}
+
+/* ---- PID namespace: the init B ---- */
+
+/* B's parent A is outside the namespace (getppid() is 0): A's death shows as POLLERR on the
+ * pipe to A, whose only read end A holds. */
+static int launcher_gone(int outfd)
+{
+	struct pollfd p = { outfd, POLLOUT, 0 };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP));
+}
+
+/* B waits with sigwaitinfo() on SIGCHLD and the stop signals, which stay blocked (inherited
+ * from A), so no wakeup is lost. A stop signal counts only from outside the namespace (si_pid 0):
+ * the program may not end its own supervision. */
+static int init_wait(struct prog *c)
+{
+	sigset_t set;
+	siginfo_t si;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	for (;;) {
+		/* Every process of the namespace is re-parented to us: reap them all, until C. */
+		while (reap_one(c) > 0)
+			;
+		if (c->reaped)
+			return 0;
+		if (sigwaitinfo(&set, &si) < 0)
+			continue;       /* EINTR */
+		if (si.si_signo != SIGCHLD && si.si_pid == 0)
+			return 1;
+	}
+}
+
+/* A asked to end the run: kill everything in the namespace (atomic against forks) and reap it
+ * all, so the usage counts it. */
+static void init_kill_all(struct prog *c)
+{
+	int st;
+	pid_t r;
+
+	kill(-1, SIGKILL);
+	while ((r = waitpid(-1, &st, 0)) > 0 || errno == EINTR) {
+		if (r == c->pid && !c->reaped) {
+			c->reaped = 1;
+			c->wstatus = st;
+		}
+	}
+	while (c->errfd >= 0)
+		prog_read(c);   /* C is dead: does not block */
+}
+
+static NORETURN void init_main(struct launch *L, int outfd)
+{
+	struct prog c;
+	struct outcome o = { OUTCOME_EXIT, EXIT_SETUP };
+	ssize_t n;
+
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
+		_exit(EXIT_SETUP);
+	ns_private_proc();
+	if (prog_start(L, &c) == 0) {
+		null_stdio();
+		while (c.errfd >= 0)
+			prog_read(&c);
+		if (init_wait(&c))
+			init_kill_all(&c);
+		prog_finish(&c, &o);
+	}
+	do
+		n = write(outfd, &o, sizeof o);
+	while (n < 0 && errno == EINTR);
+	_exit(0);       /* the kernel kills what is left in the namespace */
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* How long B may take to kill and reap the namespace after SIGTERM before A sends SIGKILL. */
+#define INIT_STOP_MS 1000
+
+static void run_pidns(struct launch *L, struct outcome *out)
+{
+	int sp[2];
+	struct outcome from_b;
+	size_t have = 0;
+	int open_ = 1, b_done = 0, stopping = 0, killed = 0;
+	long long deadline = 0;
+	pid_t b;
+
+	if (pipe2(sp, O_CLOEXEC) != 0) {
+		report_fatal(W_PIPE, errno, NULL);
+		goto setup_failed;
+	}
+	b = fork();
+	if (b == 0) {
+		close(sp[0]);
+		close(L->sigfd);
+		L->sigfd = -1;
+		init_main(L, sp[1]);
+	}
+	if (b < 0) {
+		report_fatal(W_FORK, errno, NULL);
+		close(sp[0]);
+		close(sp[1]);
+		goto setup_failed;
+	}
+	close(sp[1]);
+	null_stdio();
+
+	while (open_ || !b_done) {
+		struct pollfd fds[2] = {
+			{ L->sigfd, POLLIN, 0 },
+			{ open_ ? sp[0] : -1, POLLIN, 0 },
+		};
+		int timeout = -1, st;
+
+		if (stopping && !killed) {
+			long long left = deadline - now_ms();
+
+			timeout = left > 0 ? (int)left : 0;
+		}
+		if (poll(fds, 2, timeout) < 0 && errno != EINTR) {
+			/* Cannot wait properly: end the run rather than spin. */
+			kill(b, SIGKILL);
+			killed = 1;
+			while (waitpid(b, &st, 0) < 0 && errno == EINTR)
+				;
+			break;
+		}
+		if (fds[1].revents) {
+			ssize_t n = read(sp[0], (char *)&from_b + have, sizeof from_b - have);
+
+			if (n > 0) {
+				have += (size_t)n;
+			} else if (n == 0 || errno != EINTR) {
+				close(sp[0]);
+				open_ = 0;
+			}
+		}
+		if ((fds[0].revents & POLLIN) && drain_signals(L->sigfd) && !stopping) {
+			/* B kills and reaps the namespace, and reports; SIGKILL if it takes too long
+			 * (the kernel then kills the whole namespace with B). */
+			kill(b, SIGTERM);
+			stopping = 1;
+			deadline = now_ms() + INIT_STOP_MS;
+		}
+		if (stopping && !killed && !b_done && now_ms() >= deadline) {
+			kill(b, SIGKILL);
+			killed = 1;
+		}
+		if (!b_done && waitpid(b, &st, WNOHANG) == b)
+			b_done = 1;
+	}
+	if (open_)
+		close(sp[0]);
+
+	if (have == sizeof from_b) {
+		*out = from_b;
+	} else {
+		/* B did not tell: it was killed before C was reaped. */
+		struct rusage ru;
+
+		report_status(SIGKILL);
+		if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+			report_usage(&ru);
+		out->kind = OUTCOME_SIGNAL;
+		out->value = SIGKILL;
+	}
+	return;
+
+setup_failed:
+	out->kind = OUTCOME_EXIT;
+	out->value = EXIT_SETUP;
+}
+
+/* ---- no PID namespace: subreaper and sweeps ---- */
+
+/* State letter of /proc/PID/stat ("pid (comm) S ppid ..."; comm may hold spaces and parens);
+ * ppid through *ppid. '?' when unreadable. */
+static char proc_state(long pid, long *ppid)
+{
+	char path[64], buf[512];
+	const char *p;
+	char state = '?';
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return '?';
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return '?';
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (p && sscanf(p + 1, " %c %ld", &state, ppid) != 2)
+		state = '?';
+	return state;
+}
+
+/* SIGKILL a child unless it is already dead; 1 if it was alive (or unknown). */
+static int kill_if_alive(long pid)
+{
+	long ppid;
+	char st = proc_state(pid, &ppid);
+
+	if (st == 'Z' || st == 'X')
+		return 0;
+	kill((pid_t)pid, SIGKILL);
+	return 1;
+}
+
+/* Kill every live child listed in /proc/self/task/PID/children; the number of live ones, or -1
+ * when the file cannot be read. */
+static int kill_children_proc(void)
+{
+	char path[64], buf[4096];
+	int fd, live = 0;
+	long pid = 0;
+	int in_num = 0;
+	ssize_t n, i;
+
+	snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	while ((n = read(fd, buf, sizeof buf)) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		for (i = 0; i < n; i++) {
+			/* A number may continue into the next chunk: only a separator ends it. */
+			if (buf[i] >= '0' && buf[i] <= '9') {
+				pid = pid * 10 + (buf[i] - '0');
+				in_num = 1;
+			} else if (in_num) {
+				live += kill_if_alive(pid);
+				pid = 0;
+				in_num = 0;
+			}
+		}
+	}
+	if (in_num)
+		live += kill_if_alive(pid);
+	close(fd);
+	return live;
+}
+
+/* Fallback without CONFIG_PROC_CHILDREN: every /proc/PID/stat whose ppid is ours. */
+static int kill_children_scan(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t self = getpid();
+	int live = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)) != NULL) {
+		long ppid = 0, pid;
+		char *end, st;
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 0)
+			continue;
+		st = proc_state(pid, &ppid);
+		if (st == '?' || ppid != self || st == 'Z' || st == 'X')
+			continue;
+		kill((pid_t)pid, SIGKILL);
+		live++;
+	}
+	closedir(d);
+	return live;
+}
+
+/* As the run's uid, kill(-1, SIGKILL): every process of that uid, atomically against forks (a
+ * fork bomb cannot outrun it). The helper drops all capabilities with setresuid. */
+static void sweep_uid(uid_t uid)
+{
+	pid_t h = fork();
+	int st;
+
+	if (h == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+		if (setresuid(uid, uid, uid) != 0)
+			_exit(1);
+		kill(-1, SIGKILL);
+		_exit(0);
+	}
+	if (h > 0)
+		while (waitpid(h, &st, 0) < 0 && errno == EINTR)
+			;
+}
+
+/* Kill and reap every descendant (orphans are re-parented to us, the subreaper) until none is
+ * left; records C's status if it is reaped here. Nothing is reaped while a child is alive: a
+ * zombie still counts against RLIMIT_NPROC, so a fork bomb cannot refill the slots we free, and
+ * the children of each killed process come to us, to be killed in the next round. */
+static void sweep_tree(struct prog *c)
+{
+	static const struct timespec pause = { 0, 200000 };     /* 0.2 ms */
+
+	for (;;) {
+		int live = kill_children_proc(), r;
+
+		if (live < 0)
+			live = kill_children_scan();
+		if (live > 0) {
+			nanosleep(&pause, NULL);        /* let the killed ones die */
+			continue;
+		}
+		while ((r = reap_one(c)) > 0)
+			;
+		if (r < 0)
+			break;          /* ECHILD: nothing left */
+		nanosleep(&pause, NULL);
+	}
+}
+
+static void run_subreaper(struct launch *L, struct outcome *out)
+{
+	const struct plan *p = L->plan;
+	struct prog c;
+	int stop = 0;
+
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+		report_applied("subreaper");
+	else
+		report_refused("subreaper", errno, explain(W_SUBREAPER, errno));
+	if (prog_start(L, &c) != 0) {
+		out->kind = OUTCOME_EXIT;
+		out->value = EXIT_SETUP;
+		return;
+	}
+	null_stdio();
+
+	while (!c.reaped && !stop) {
+		struct pollfd fds[2] = {
+			{ L->sigfd, POLLIN, 0 },
+			{ c.errfd, POLLIN, 0 },         /* -1 after EOF: ignored */
+		};
+
+		if (poll(fds, 2, -1) < 0 && errno != EINTR)
+			stop = 1;       /* cannot wait properly: end the run rather than spin */
+		if (fds[1].revents && c.errfd >= 0)
+			prog_read(&c);
+		if ((fds[0].revents & POLLIN) && drain_signals(L->sigfd))
+			stop = 1;
+		while (reap_one(&c) > 0)
+			;
+	}
+	/* C has ended, or the run is being ended: nothing else may survive it. */
+	if (p->has_ids && p->sweep_uid)
+		sweep_uid(p->uid);
+	sweep_tree(&c);
+	while (c.errfd >= 0)
+		prog_read(&c);  /* every writer is dead: does not block */
+	prog_finish(&c, out);
+}
+
+void supervise_run(struct launch *L, struct outcome *out)
+{
+	if (L->pidns)
+		run_pidns(L, out);
+	else
+		run_subreaper(L, out);
+}
+
+/* Exit as the program did: its code, or its signal on ourselves (no core dump). */
+NORETURN void outcome_exit(const struct outcome *out)
+{
+	if (out->kind == OUTCOME_SIGNAL) {
+		int sig = out->value;
+		struct rlimit zero = { 0, 0 };
+		sigset_t set;
+
+		prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+		setrlimit(RLIMIT_CORE, &zero);
+		signal(sig, SIG_DFL);
+		sigemptyset(&set);
+		sigaddset(&set, sig);
+		sigprocmask(SIG_UNBLOCK, &set, NULL);
+		kill(getpid(), sig);
+		_exit(128 + sig);       /* a signal whose default is not to terminate */
+	}
+	_exit(out->value & 0xff);
+}
