@@ -22,7 +22,7 @@ UV_LIBS    := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null)
 
 # Debian packages each target needs; installed when run as root, printed otherwise.
 BUILD_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libuv1-dev
-TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind
+TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind lua-check
 RUN_PKGS   := $(BUILD_PKGS) lua-cjson python3 bubblewrap
 
 LAUNCH_SRC := $(wildcard csrc/launch/*.c)

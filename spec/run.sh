@@ -42,6 +42,13 @@ if [ "$(id -u)" = 0 ] && [ "${CORRAL_SKIP_UNPRIVILEGED:-}" = "" ]; then
   rm -rf "$copy"
 fi
 
+echo "== luacheck"
+if luacheck --no-color -q lua bin/corral policies examples spec bench > "$log/luacheck.log" 2>&1; then
+  passed=$((passed + 1)); echo "ok - luacheck: no warnings"
+else
+  failed=$((failed + 1)); cat "$log/luacheck.log"; echo "not ok - luacheck"
+fi
+
 if command -v valgrind >/dev/null 2>&1; then
   echo "== valgrind: host module and launcher"
   if sh spec/valgrind.sh > "$log/valgrind.log" 2>&1; then

@@ -59,7 +59,7 @@ local function make_run(pol, opts, code, host)
   run.code_path = run.code_dir .. "/" .. (pol.code_name or "main.py")
   run.workdir = top .. "/work"
   local shared = run.uid and 493 or 448 -- 0755 when another uid must read it, else 0700
-  local ok = true
+  local ok
   local steps = {
     function() return core.mkdir(run.code_dir, shared) end,
     function() return core.write_file(run.code_path, code, 292) end, -- 0444
