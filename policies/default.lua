@@ -22,6 +22,8 @@ return policy.new {
   env = { PATH = "/usr/bin:/bin", LANG = "C.UTF-8" },
   network = "new",
   pid_namespace = true,
+  -- "auto": a user namespace only where the namespaces are refused without one (not root)
+  user_namespace = "auto",
   uid_range = { 60000, 60999 },
   tmp_dir = "/tmp",
   kill_on_overflow = false,

@@ -270,6 +270,25 @@ print("planted")
     assert.is_truthy(nul.stderr:find("null bytes", 1, true), nul.stderr)
   end)
 
+  it("runs nothing when the launcher is refused the network namespace that was required", function()
+    if H.root then pending("root is never refused a network namespace") return end
+    local marker = core.mkdtemp("/tmp/marker-XXXXXX")
+    local pol = require("corral.policy").load("default"):extend { user_namespace = "never" }
+    local res, err, code = corral.run_python(string.format("open(%q + '/ran', 'w')", marker),
+      { require_network_isolation = true, policy = pol })
+    assert.is_nil(res)
+    assert.are.equal("ENOTSUP", code)
+    assert.is_truthy(err:find("nothing ran", 1, true), err)
+    assert.is_false(core.exists(marker .. "/ran"))
+    -- without the requirement the same policy runs, on the host network, and says so
+    local r = run("print('ran')", { policy = pol })
+    assert.are.equal("ran\n", r.stdout)
+    assert.is_false(r.network_isolated)
+    assert.is_false(H.has(r.limits, "no-network"))
+    assert.is_truthy(r.refused and r.refused["no-network"])
+    assert(core.rmtree(marker))
+  end)
+
   it("runs the interpreter as a distinct uid when the controller is root", function()
     local r = run("import os; print(os.getuid(), os.getgid())")
     local uid = tonumber(r.stdout:match("^(%d+)"))

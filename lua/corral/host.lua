@@ -72,6 +72,36 @@ function M.probe()
   return p
 end
 
+-- Effective capability bit `n` of this process, from /proc/self/status.
+local function has_cap(n)
+  local f = io.open("/proc/self/status", "r")
+  if not f then return false end
+  local text = f:read("a")
+  f:close()
+  local hex = text:match("CapEff:%s*(%x+)")
+  local caps = hex and tonumber(hex, 16)
+  return caps ~= nil and ((caps >> n) & 1) == 1
+end
+
+--- What every run needs to know, found without starting a process (cached): the launcher, the
+-- effective uid, and whether this process can switch to a run uid (CAP_SETUID and CAP_SETGID).
+-- Whether namespaces will be granted is learnt from the launcher's report of each run; a run
+-- that requires network isolation passes `--net require`, which the launcher enforces.
+-- @return table `{launcher, euid, root, setuid}` (plus the probe's fields once `probe()` ran),
+-- or nil, message, code when the launcher is missing
+function M.basics()
+  if cache.probe then return cache.probe end
+  if cache.basics then return cache.basics end
+  local launcher, err = paths.launcher()
+  if not launcher then return nil, err, "ENOENT" end
+  if not core.access(launcher, "x") then
+    return nil, "ENOENT: " .. launcher .. " is not an executable; run `make`", "ENOENT"
+  end
+  local euid = core.geteuid()
+  cache.basics = { launcher = launcher, euid = euid, root = (euid == 0), setuid = has_cap(7) and has_cap(6) }
+  return cache.basics
+end
+
 --- Resolve the interpreter a run asks for.
 -- A name without a slash is looked up in `search` (the sandbox's own PATH, not the caller's: a
 -- pyenv shim or a virtualenv in a private home would not be reachable from inside).

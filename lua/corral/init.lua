@@ -81,7 +81,7 @@ end
 local function launch(what, code, opts, on_done, extra)
   local ok, pol = pcall(policy.load, opts.policy or (extra and extra.policy) or "default")
   if not ok then error(what .. ": " .. tostring(pol), 3) end
-  local host, err, ecode = hostmod.probe()
+  local host, err, ecode = hostmod.basics()
   if not host then return nil, err, ecode end
   local o
   ok, o, err, ecode = pcall(pol.prepare, pol, opts, host)

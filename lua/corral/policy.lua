@@ -14,7 +14,7 @@
 -- caller may ask for, per option), `clamp` (true: lower an option over its maximum and say so in
 -- `result.clamped`; false: refuse the run naming the option), `python_path` (where an interpreter
 -- name is looked up), `python_args`, `env` (the sandbox's environment before HOME/TMPDIR),
--- `network` ("new" or "host"), `pid_namespace`, `uid_range` ({first, last}, used when the
+-- `network` ("new" or "host"), `pid_namespace`, `user_namespace` ("auto", "never", "always"), `uid_range` ({first, last}, used when the
 -- controller is root), `tmp_dir`, `kill_on_overflow`, `grace`, `tail_bytes`.
 --
 -- Methods a policy may override, each called with the policy as `self`:
@@ -85,7 +85,8 @@ function Policy:prepare(opts, host)
     return nil, "ENOTSUP: network isolation was required but policy '" .. tostring(self.name)
       .. "' keeps the host network", "ENOTSUP"
   end
-  if o.require_network_isolation and not host.network_isolation then
+  -- known only once a probe ran; otherwise the launcher's `--net require` enforces it
+  if o.require_network_isolation and host.network_isolation == false then
     local c = host.caps["userns-network-namespace"] or host.caps["network-namespace"] or {}
     return nil, "ENOTSUP: network isolation is not available here (" .. (c.message or c.errno or "refused")
       .. "); run inside a container with --network none, or allow user namespaces", "ENOTSUP"
@@ -132,6 +133,7 @@ function Policy:launch_args(opts, run, host)
   local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
   if self.network == "new" then add("--net", opts.require_network_isolation and "require" or "new") end
   add(self.pid_namespace and "--pidns" or "--no-pidns")
+  if self.user_namespace then add("--userns", self.user_namespace) end
   if run.uid then add("--uid", tostring(run.uid), "--gid", tostring(run.gid)) end
   add("--rlimit", "cpu=" .. opts.cpu_seconds)
   add("--rlimit", "as=" .. opts.memory_mb * 1048576)
@@ -215,6 +217,10 @@ function Policy:result(raw, opts, run, host)
   local rep = report.parse(raw.report)
   if rep.fatal then
     local f = rep.fatal
+    if f.step == "no-network" and opts.require_network_isolation then
+      return nil, "ENOTSUP: network isolation was required but is not available here (" .. f.errno .. ": "
+        .. f.message .. "); nothing ran", "ENOTSUP"
+    end
     return nil, f.errno .. ": sandbox setup failed at " .. f.step .. ": " .. f.message, f.errno
   end
   if not rep.version and not raw.timed_out and not raw.killed then
