@@ -50,6 +50,15 @@ describe("policies", function()
     assert.is_truthy(err:find("must return a table", 1, true), err)
   end)
 
+  it("cleans up and reports an error when a policy's result() raises", function()
+    local p = policy.load("default"):extend { name = "broken" }
+    function p:result() error("bug in the operator's policy") end
+    local res, err, code = corral.run_python("print(1)", { policy = p })
+    assert.is_nil(res)
+    assert.are.equal("EPOLICY", code)
+    assert.is_truthy(err:find("bug in the operator's policy", 1, true), err)
+  end)
+
   it("falls back to a subreaper when the policy asks for no pid namespace, still leaving nothing", function()
     local p = policy.load("default"):extend { name = "nopidns", pid_namespace = false }
     local code = [[

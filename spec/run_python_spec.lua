@@ -312,3 +312,33 @@ print("planted")
     assert(core.rmtree(marker))
   end)
 end)
+
+describe("a controller killed with SIGKILL", function()
+  it("leaves no sandboxed process behind", function()
+    local marker = "corral-orphan-marker-" .. core.getpid()
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write(string.format([[
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "csrc/?.so;" .. package.cpath
+require("corral").run_python("import os, time\nif os.fork() == 0:\n    os.setsid()\n# %s\ntime.sleep(100)", { timeout = 60 })
+]], marker))
+    f:close()
+    local before = H.temp_dirs()
+    local pid = tonumber((H.sh("lua5.4 " .. script .. " >/dev/null 2>&1 & echo $!")))
+    -- wait until the program runs: two interpreters (it and its setsid child) on main.py
+    assert.is_true(H.eventually(function()
+      return H.sh("ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'") == "2"
+    end, 5), "the sandboxed program did not start")
+    core.kill(pid, 9)
+    assert.is_true(H.eventually(function()
+      local left = H.sh("ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'")
+      return left == "0"
+    end, 2), "sandboxed processes survived their controller")
+    os.remove(script)
+    -- the dead controller could not remove its run directory; remove it here
+    local seen = {}
+    for _, d in ipairs(before) do seen[d] = true end
+    for _, d in ipairs(H.temp_dirs()) do if not seen[d] then core.rmtree(d) end end
+  end)
+end)

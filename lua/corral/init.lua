@@ -102,8 +102,13 @@ local function launch(what, code, opts, on_done, extra)
     timeout = o.timeout,
     grace = pol.grace or 0.2,
     on_exit = function(raw)
-      local res, rerr, rcode = pol:result(raw, o, run, host)
+      -- a policy's result() is operator code: whatever it does, the run is cleaned up
+      local pok, res, rerr, rcode = pcall(pol.result, pol, raw, o, run, host)
       local cerr = cleanup(run)
+      if not pok then
+        res, rerr, rcode = nil, "EPOLICY: policy '" .. tostring(pol.name) .. "' failed to build the result: "
+          .. tostring(res), "EPOLICY"
+      end
       if res and cerr then res.cleanup_error = cerr end
       on_done(res, rerr, rcode, raw)
     end,
