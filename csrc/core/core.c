@@ -371,6 +371,7 @@ static const luaL_Reg funcs[] = {
     {"lstat", corral_lstat},
     {"access", corral_access},
     {"realpath", corral_realpath},
+    {"listdir", corral_listdir},
     {"utf8_repair", corral_utf8_repair},
     {"lock", corral_lock},
     {"fds", l_fds},

@@ -86,6 +86,7 @@ int corral_readlink(lua_State *L);
 int corral_lstat(lua_State *L);
 int corral_access(lua_State *L);
 int corral_realpath(lua_State *L);
+int corral_listdir(lua_State *L);
 
 /* ---- utf8.c ---- */
 /* Replace every maximal invalid subsequence of in[0..n) by U+FFFD, as Python's

@@ -515,3 +515,23 @@ int corral_realpath(lua_State *L) {
   lua_pushstring(L, buf);
   return 1;
 }
+
+/* core.listdir(path) -> array of names (without . and ..) | nil, err, code */
+int corral_listdir(lua_State *L) {
+  const char *path = check_path(L, 1);
+  DIR *d = opendir(path);
+  struct dirent *e;
+  lua_Integer n = 0;
+  if (d == NULL) {
+    int err = errno;
+    return corral_fail_errno(L, err, "cannot list %s", path);
+  }
+  lua_newtable(L);
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    lua_pushstring(L, e->d_name);
+    lua_rawseti(L, -2, ++n);
+  }
+  closedir(d);
+  return 1;
+}

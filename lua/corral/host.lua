@@ -164,6 +164,34 @@ function M.release_uid(uid)
   end
 end
 
+--- Remove run directories left in `tmp_dir` by controllers that died without cleaning up
+-- (killed with SIGKILL). Each live run holds an flock on its directory's `.lock`; a directory
+-- whose lock can be taken has no live owner, in this process or any other, whatever its pid
+-- namespace. Done once per process and directory.
+-- @return the number of directories removed
+function M.sweep_stale(tmp_dir)
+  local key = "swept\0" .. tmp_dir
+  if cache[key] then return 0 end
+  cache[key] = true
+  local names = core.listdir(tmp_dir)
+  local removed = 0
+  for _, name in ipairs(names or {}) do
+    if name:match("^corral%-[%w]+$") and #name == 13 then
+      local dir = tmp_dir .. "/" .. name
+      local st = core.lstat(dir)
+      local lst = st and st.type == "directory" and st.uid == core.geteuid() and core.lstat(dir .. "/.lock")
+      if lst and lst.type == "file" then
+        local lock = core.lock(dir .. "/.lock")
+        if lock then
+          if core.rmtree(dir) then removed = removed + 1 end
+          lock:close()
+        end
+      end
+    end
+  end
+  return removed
+end
+
 --- Forget cached probe results (tests and `corral probe --fresh`).
 function M.reset()
   cache = {}

@@ -35,6 +35,10 @@ local function cleanup(run)
     if not ok then err = e end
     run.top = nil
   end
+  if run.lock then
+    run.lock:close()
+    run.lock = nil
+  end
   if run.uid then
     hostmod.release_uid(run.uid)
     run.uid = nil
@@ -52,9 +56,14 @@ local function make_run(pol, opts, code, host)
     if not uid then return nil, err, ecode end
     run.uid, run.gid = uid, uid
   end
-  local top, err, ecode = core.mkdtemp((pol.tmp_dir or "/tmp") .. "/corral-XXXXXX")
+  local tmp_dir = pol.tmp_dir or "/tmp"
+  hostmod.sweep_stale(tmp_dir)
+  local top, err, ecode = core.mkdtemp(tmp_dir .. "/corral-XXXXXX")
   if not top then cleanup(run) return nil, err, ecode end
   run.top = top
+  -- held for the run's life: tells a later sweep that this directory has a live owner
+  run.lock, err, ecode = core.lock(top .. "/.lock")
+  if not run.lock then cleanup(run) return nil, err, ecode end
   run.code_dir = top .. "/code"
   run.code_path = run.code_dir .. "/" .. (pol.code_name or "main.py")
   run.workdir = top .. "/work"
