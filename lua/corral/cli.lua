@@ -248,6 +248,17 @@ local function cmd_probe(args)
   local pol = p.policy
   lines[#lines + 1] = "policy " .. pol.name .. ": network " .. tostring(pol.network) ..
     ", pid namespace " .. yesno(pol.pid_namespace) .. (pol.run_uid and (", run uids " .. pol.run_uid) or "")
+  if pol.limits then
+    lines[#lines + 1] = "  applies           " .. table.concat(pol.limits, " ")
+  else
+    lines[#lines + 1] = "  cannot run here:  " .. tostring(pol.error)
+  end
+  local refused = {}
+  for name, r in pairs(pol.refused or {}) do
+    refused[#refused + 1] = "  refused           " .. name .. ": " .. r.errno .. " " .. r.message
+  end
+  table.sort(refused)
+  for _, l in ipairs(refused) do lines[#lines + 1] = l end
   say(io.stdout, table.concat(lines, "\n") .. "\n")
   return 0
 end

@@ -282,6 +282,14 @@ function M.probe(name)
                  pid_namespace = pol.pid_namespace,
                  run_uid = (host.root and host.setuid and pol.uid_range) and
                    (pol.uid_range[1] .. "-" .. pol.uid_range[2]) or nil }
+  -- what the policy applies here is what it applied to a real (empty) run, not a prediction
+  local res, rerr = wait("probe", "pass", { policy = pol })
+  if res then
+    out.policy.limits = res.limits
+    out.policy.refused = res.refused
+  else
+    out.policy.error = rerr
+  end
   return out
 end
 
