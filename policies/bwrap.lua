@@ -17,6 +17,7 @@ local P = policy.load("default"):extend {
   code_name = "code.py",
   python_args = { "-I", "-u" },
   network = "host",       -- bwrap --unshare-all makes the network namespace
+  wrapper_isolates_network = true,
   bwrap_path = "/usr/bin:/bin:/usr/local/bin",
 }
 
@@ -85,8 +86,9 @@ function P:limits(raw, opts, rep, run)
 end
 
 function P:result(raw, opts, run, h)
-  -- bwrap reports its own setup failures as "bwrap: ..." on stderr with exit status 1
-  if raw.exit_status == 1 and raw.stdout_bytes == 0 and (raw.stderr or ""):match("^bwrap: ") then
+  -- bwrap reports its own setup failures as one line "bwrap: ..." on stderr with exit status 1,
+  -- before the interpreter starts
+  if raw.exit_status == 1 and raw.stdout_bytes == 0 and (raw.stderr or ""):match("^bwrap: [^\n]*\n?$") then
     return nil, "EPERM: " .. raw.stderr:gsub("%s+$", ""), "EPERM"
   end
   local res, err, code = policy.Policy.result(self, raw, opts, run, h)

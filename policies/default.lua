@@ -7,7 +7,7 @@
 -- isolation.
 local policy = require "corral.policy"
 
-return policy.new {
+return policy.base {
   name = "default",
   description = "seed 000 limits + pid namespace, per-run uid as root, empty netns; degrades gracefully",
   defaults = {
@@ -29,4 +29,5 @@ return policy.new {
   kill_on_overflow = false,
   grace = 0.2,
   tail_bytes = 1024,
+  code_name = "main.py",
 }

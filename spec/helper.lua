@@ -39,29 +39,26 @@ function H.pids_with(marker)
   return pids
 end
 
---- Processes owned by a sandbox uid (when running as root), or descendants of ours otherwise.
+--- Processes a run may have left: anything running a run's code (its path is in every
+-- sandboxed interpreter's argv, forks included: /tmp/corral-XXXXXX/code/..., or /home/code.py
+-- under bwrap), any launcher, and (as root) anything owned by a run uid. Found by a scan of every
+-- process, not only our descendants: a setsid escapee is re-parented away from us.
 function H.stray_processes()
-  local out = H.sh("ps -e -o pid=,ppid=,uid=,comm=")
-  local me = core.getpid()
+  local f = io.popen("ps -e -o pid=,uid=,args=")
   local strays = {}
-  local parent = {}
-  local rows = {}
-  for pid, ppid, uid, comm in out:gmatch("%s*(%d+)%s+(%d+)%s+(%d+)%s+(%S+)") do
-    pid, ppid, uid = tonumber(pid), tonumber(ppid), tonumber(uid)
-    parent[pid] = ppid
-    rows[#rows + 1] = { pid = pid, uid = uid, comm = comm }
-  end
-  for _, r in ipairs(rows) do
-    local sandbox_uid = r.uid >= 60000 and r.uid <= 60999
-    local p, mine = parent[r.pid], false
-    for _ = 1, 64 do
-      if p == nil or p == 0 then break end
-      if p == me then mine = true break end
-      p = parent[p]
+  for line in f:lines() do
+    local pid, uid, args = line:match("^%s*(%d+)%s+(%d+)%s+(.*)$")
+    pid, uid = tonumber(pid), tonumber(uid)
+    if pid and pid ~= core.getpid() and not args:match("^ps ") and not args:match("^sh %-c") then
+      local run_uid = uid >= 60000 and uid <= 60999
+      local runs_code = args:find("/tmp/corral%-%w+/code/") or args:find("/home/code.py", 1, true)
+      local launcher = args:find("corral-launch ", 1, true) and not args:find("--probe", 1, true)
+      if run_uid or runs_code or launcher then
+        strays[#strays + 1] = { pid = pid, uid = uid, comm = args:sub(1, 60) }
+      end
     end
-    -- ps and the shell running it are our own descendants for a moment
-    if (sandbox_uid or mine) and r.comm ~= "ps" and r.comm ~= "sh" then strays[#strays + 1] = r end
   end
+  f:close()
   return strays
 end
 

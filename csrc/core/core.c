@@ -13,6 +13,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -356,7 +358,30 @@ static void ignore_sigpipe(void) {
   }
 }
 
+/* core.set_dumpable(bool) -> true | nil, err, code: PR_SET_DUMPABLE for this process. A
+ * controller that is not dumpable cannot be ptraced, nor its /proc/PID/environ read, by a
+ * program that shares its uid (the degraded mode without a user namespace or a run uid). */
+static int l_set_dumpable(lua_State *L) {
+  int on;
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  on = lua_toboolean(L, 1);
+  if (prctl(PR_SET_DUMPABLE, on ? 1 : 0, 0, 0, 0) != 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot set PR_SET_DUMPABLE");
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* core.time() -> seconds since the epoch (wall clock), for file ages */
+static int l_time(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)time(NULL));
+  return 1;
+}
+
 static const luaL_Reg funcs[] = {
+    {"set_dumpable", l_set_dumpable},
+    {"time", l_time},
     {"spawn", corral_spawn},
     {"run", l_run},
     {"mkdtemp", corral_mkdtemp},

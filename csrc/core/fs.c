@@ -452,7 +452,7 @@ static const char *type_name(mode_t m) {
   return "other";
 }
 
-/* core.lstat(path) -> {type, mode, uid, gid, size, dev, ino} | nil, err, code (no following). */
+/* core.lstat(path) -> {type, mode, uid, gid, size, dev, ino, mtime} | nil, err, code (no following). */
 int corral_lstat(lua_State *L) {
   const char *path = check_path(L, 1);
   struct stat st;
@@ -475,6 +475,8 @@ int corral_lstat(lua_State *L) {
   lua_setfield(L, -2, "dev");
   lua_pushinteger(L, (lua_Integer)st.st_ino);
   lua_setfield(L, -2, "ino");
+  lua_pushinteger(L, (lua_Integer)st.st_mtime);
+  lua_setfield(L, -2, "mtime");
   return 1;
 }
 

@@ -189,7 +189,16 @@ local function cmd_run(args)
     return usage_error("run", (tostring(res):gsub("^run_python: ", "")))
   end
   if json then
-    say(io.stdout, cjson.encode(result_object(res, cjson, rerr, rcode)) .. "\n")
+    local obj = result_object(res, cjson, rerr, rcode)
+    local text
+    if #obj.limits == 0 then
+      -- lua-cjson encodes an empty table as {}; limits is an array
+      obj.limits = cjson.null
+      text = cjson.encode(obj):gsub('"limits":null', '"limits":[]', 1)
+    else
+      text = cjson.encode(obj)
+    end
+    say(io.stdout, text .. "\n")
   elseif res then
     io.stdout:write(res.stdout)
     io.stdout:flush()
@@ -283,6 +292,9 @@ end
 
 --- Entry point: `args` is the script's `arg` table; returns the exit status.
 function M.main(args)
+  -- the CLI is the controller: a program that shares its uid (no user namespace, no run uid)
+  -- must not read its environment or ptrace it
+  require("corral.core").set_dumpable(false)
   local cmd = args[1]
   if cmd == nil or cmd == "help" or cmd == "-h" or cmd == "--help" then
     say(cmd == nil and io.stderr or io.stdout, USAGE.main)

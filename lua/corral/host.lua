@@ -180,7 +180,8 @@ function M.sweep_stale(tmp_dir)
       local dir = tmp_dir .. "/" .. name
       local st = core.lstat(dir)
       local lst = st and st.type == "directory" and st.uid == core.geteuid() and core.lstat(dir .. "/.lock")
-      if lst and lst.type == "file" then
+      -- a .lock younger than a minute may belong to a run that has not taken its flock yet
+      if lst and lst.type == "file" and core.time() - lst.mtime > 60 then
         local lock = core.lock(dir .. "/.lock")
         if lock then
           if core.rmtree(dir) then removed = removed + 1 end

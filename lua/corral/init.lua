@@ -67,16 +67,19 @@ local function make_run(pol, opts, code, host)
   run.code_dir = top .. "/code"
   run.code_path = run.code_dir .. "/" .. (pol.code_name or "main.py")
   run.workdir = top .. "/work"
-  local shared = run.uid and 493 or 448 -- 0755 when another uid must read it, else 0700
+  -- with a run uid, the code is readable by the run's group only (0750 dir, 0440 file, group
+  -- = run gid): a concurrent run, under another uid, cannot read it
   local ok
   local steps = {
-    function() return core.mkdir(run.code_dir, shared) end,
-    function() return core.write_file(run.code_path, code, 292) end, -- 0444
-    function() return core.mkdir(run.workdir, 448) end,              -- 0700
-    run.uid and function() return core.chmod(top, 457) end,          -- 0711: pass, not list
+    function() return core.mkdir(run.code_dir, run.uid and 488 or 448) end, -- 0750 / 0700
+    function() return core.write_file(run.code_path, code, run.uid and 288 or 256) end, -- 0440 / 0400
+    function() return core.mkdir(run.workdir, 448) end,                     -- 0700
+    run.uid and function() return core.chown(run.code_dir, -1, run.gid) end,
+    run.uid and function() return core.chown(run.code_path, -1, run.gid) end,
+    run.uid and function() return core.chmod(top, 457) end,                 -- 0711: pass, not list
     run.uid and function() return core.chown(run.workdir, run.uid, run.gid) end,
   }
-  for i = 1, 5 do
+  for i = 1, 7 do
     if steps[i] then
       ok, err, ecode = steps[i]()
       if not ok then cleanup(run) return nil, err, ecode end
@@ -89,46 +92,54 @@ end
 -- that are not public options (eval_in_sandbox's kill-on-overflow).
 local function launch(what, code, opts, on_done, extra)
   local ok, pol = pcall(policy.load, opts.policy or (extra and extra.policy) or "default")
-  if not ok then error(what .. ": " .. tostring(pol), 3) end
+  if not ok then error(what .. ": " .. tostring(pol), 0) end
   local host, err, ecode = hostmod.basics()
   if not host then return nil, err, ecode end
   local o
   ok, o, err, ecode = pcall(pol.prepare, pol, opts, host)
-  if not ok then error(what .. ": " .. tostring(o), 3) end
+  if not ok then error(what .. ": " .. tostring(o), 0) end
   if not o then return nil, err, ecode end
   local run
   run, err, ecode = make_run(pol, o, code, host)
   if not run then return nil, err, ecode end
-  local spawn_ok, proc, serr, scode = pcall(core.spawn, {
-    file = host.launcher,
-    args = pol:launch_args(o, run, host),
-    stdin = o.stdin,
-    stdout_cap = o.max_output,
-    stderr_cap = o.max_output,
-    tail_bytes = pol.tail_bytes or 1024,
-    kill_on_overflow = (extra and extra.kill_on_overflow) or pol.kill_on_overflow or false,
-    report = true,
-    timeout = o.timeout,
-    grace = pol.grace or 0.2,
-    on_exit = function(raw)
-      -- a policy's result() is operator code: whatever it does, the run is cleaned up
-      local pok, res, rerr, rcode = pcall(pol.result, pol, raw, o, run, host)
-      local cerr = cleanup(run)
-      if not pok then
-        res, rerr, rcode = nil, "EPOLICY: policy '" .. tostring(pol.name) .. "' failed to build the result: "
-          .. tostring(res), "EPOLICY"
-      end
-      if res and cerr then res.cleanup_error = cerr end
-      on_done(res, rerr, rcode, raw)
-    end,
-  })
-  if not spawn_ok then cleanup(run) error(proc, 0) end
+  -- from here on the run holds a directory, a lock and maybe a uid: any error (a policy's
+  -- launch_args is operator code) must give them back
+  local spawn_ok, proc, serr, scode = pcall(function()
+    return core.spawn {
+      file = host.launcher,
+      args = pol:launch_args(o, run, host),
+      stdin = o.stdin,
+      stdout_cap = o.max_output,
+      stderr_cap = o.max_output,
+      tail_bytes = pol.tail_bytes or 1024,
+      kill_on_overflow = (extra and extra.kill_on_overflow) or pol.kill_on_overflow or false,
+      report = true,
+      timeout = o.timeout,
+      grace = pol.grace or 0.2,
+      on_exit = function(raw)
+        -- a policy's result() is operator code: whatever it does, the run is cleaned up
+        local pok, res, rerr, rcode = pcall(pol.result, pol, raw, o, run, host)
+        local cerr = cleanup(run)
+        if not pok then
+          res, rerr, rcode = nil, "EPOLICY: policy '" .. tostring(pol.name) .. "' failed to build the result: "
+            .. tostring(res), "EPOLICY"
+        end
+        if res and cerr then res.cleanup_error = cerr end
+        on_done(res, rerr, rcode, raw)
+      end,
+    }
+  end)
+  if not spawn_ok then
+    cleanup(run)
+    return nil, "EPOLICY: policy '" .. tostring(pol.name) .. "' failed to build the launch plan: " .. tostring(proc),
+      "EPOLICY"
+  end
   if not proc then cleanup(run) return nil, serr, scode end
   return proc
 end
 
 local function check_code(what, code)
-  if type(code) ~= "string" then error(what .. ": code must be a string, got " .. type(code), 3) end
+  if type(code) ~= "string" then error(what .. ": code must be a string, got " .. type(code), 0) end
 end
 
 --- Start a run without waiting: the loop calls `on_done(result)` or `on_done(nil, message, code)`
@@ -137,7 +148,7 @@ end
 -- @return a process handle (`:kill()`, `:pid()`), or nil, message, code
 function M.start(code, opts, on_done)
   check_code("start", code)
-  if type(on_done) ~= "function" then error("start: on_done must be a function", 2) end
+  if type(on_done) ~= "function" then error("start: on_done must be a function", 0) end
   opts = options.check("start", opts, options.run_schema)
   return launch("start", code, opts, on_done)
 end
@@ -180,15 +191,15 @@ end
 -- @return array of results in job order; a job the sandbox could not run gets
 -- `{ok = false, error = {kind = code, message = message}}`
 function M.run_many(jobs, settings)
-  if type(jobs) ~= "table" then error("run_many: jobs must be an array, got " .. type(jobs), 2) end
+  if type(jobs) ~= "table" then error("run_many: jobs must be an array, got " .. type(jobs), 0) end
   settings = settings or {}
-  if type(settings) ~= "table" then error("run_many: settings must be a table", 2) end
+  if type(settings) ~= "table" then error("run_many: settings must be a table", 0) end
   for k in pairs(settings) do
-    if k ~= "concurrency" then error("run_many: setting '" .. tostring(k) .. "' is not known", 2) end
+    if k ~= "concurrency" then error("run_many: setting '" .. tostring(k) .. "' is not known", 0) end
   end
   local limit = settings.concurrency or core.cpu_count()
   if type(limit) ~= "number" or limit < 1 or math.floor(limit) ~= limit then
-    error("run_many: setting 'concurrency' must be a whole number >= 1", 2)
+    error("run_many: setting 'concurrency' must be a whole number >= 1", 0)
   end
   -- validate every job before starting any, so bad input starts nothing
   local prepared = {}
@@ -201,9 +212,9 @@ function M.run_many(jobs, settings)
       o = {}
       for k, v in pairs(job) do if k ~= "code" then o[k] = v end end
     else
-      error("run_many: job " .. i .. " must be a string or a table, got " .. type(job), 2)
+      error("run_many: job " .. i .. " must be a string or a table, got " .. type(job), 0)
     end
-    if type(code) ~= "string" then error("run_many: job " .. i .. ": code must be a string", 2) end
+    if type(code) ~= "string" then error("run_many: job " .. i .. ": code must be a string", 0) end
     prepared[i] = { code = code, opts = options.check("run_many: job " .. i, o, options.run_schema) }
   end
   local results, running, next_job, total = {}, 0, 1, #prepared
@@ -230,9 +241,44 @@ function M.run_many(jobs, settings)
   return results
 end
 
-local function strip(s)
-  return (s:gsub("^%s+", ""):gsub("%s+$", ""))
+-- What Python's str.strip() removes: the ASCII whitespace, \x1c-\x1f, and the Unicode spaces
+-- and line separators (U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F,
+-- U+3000), as UTF-8.
+local UNICODE_SPACE = {}
+for _, cp in ipairs({ 0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000 }) do
+  UNICODE_SPACE[utf8.char(cp)] = true
 end
+for cp = 0x2000, 0x200A do UNICODE_SPACE[utf8.char(cp)] = true end
+
+local function strip(s)
+  local first, last = 1, #s
+  while first <= last do
+    local b = s:byte(first)
+    if b <= 0x20 and (b == 0x20 or (b >= 0x09 and b <= 0x0D) or (b >= 0x1C and b <= 0x1F)) then
+      first = first + 1
+    else
+      local n = b >= 0xE0 and 3 or (b >= 0xC0 and 2 or 0)
+      if n > 0 and UNICODE_SPACE[s:sub(first, first + n - 1)] then first = first + n else break end
+    end
+  end
+  while last >= first do
+    local b = s:byte(last)
+    if b <= 0x20 and (b == 0x20 or (b >= 0x09 and b <= 0x0D) or (b >= 0x1C and b <= 0x1F)) then
+      last = last - 1
+    else
+      local matched = false
+      for n = 2, 3 do
+        if last - n + 1 >= first and UNICODE_SPACE[s:sub(last - n + 1, last)] then
+          last, matched = last - n, true
+          break
+        end
+      end
+      if not matched then break end
+    end
+  end
+  return s:sub(first, last)
+end
+M._strip = strip
 
 --- Seed 003's `eval_in_sandbox`: run code under bubblewrap (policy "bwrap") with the given limits.
 -- Options: mem_max_mb=100, cpu_max_time_sec=1, timeout_max_time_sec=10, io_max_kb=128 (per stream),
@@ -275,7 +321,7 @@ function M.probe(name)
   local host, err, ecode = hostmod.probe()
   if not host then return nil, err, ecode end
   local ok, pol = pcall(policy.load, name or "default")
-  if not ok then error("probe: " .. tostring(pol), 2) end
+  if not ok then error("probe: " .. tostring(pol), 0) end
   local out = {}
   for k, v in pairs(host) do out[k] = v end
   out.policy = { name = pol.name, description = pol.description, network = pol.network,

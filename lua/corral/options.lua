@@ -58,10 +58,11 @@ end
 -- @param what the caller's name, used in the message ("run_python")
 -- @param opts the table (nil is an empty table)
 -- @param schema one of the schemas above
--- @param level error level passed to `error` (default 3: the caller of the public function)
+-- @param level error level passed to `error` (default 0: no position; the message names the
+-- function and the option, which is what a caller several layers up — a CLI, an HTTP body — needs)
 -- @return a shallow copy of `opts`
 function M.check(what, opts, schema, level)
-  level = level or 3
+  level = level or 0
   if opts == nil then return {} end
   if type(opts) ~= "table" then error(what .. ": options must be a table, got " .. type(opts), level) end
   local out = {}

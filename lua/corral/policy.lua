@@ -32,9 +32,15 @@ Policy.__index = Policy
 
 local SIGKILL, SIGXCPU, SIGXFSZ = 9, 24, 25
 
---- Make a policy table from `spec`, inheriting the base behaviour.
-function M.new(spec)
+--- Make a root policy from `spec`: the base methods and only the data `spec` gives. Used by
+-- policies/default.lua; anything else starts from a shipped policy with `new` or `extend`.
+function M.base(spec)
   return setmetatable(spec or {}, Policy)
+end
+
+--- Make a policy from a plain table: the default policy, with what `spec` sets.
+function M.new(spec)
+  return M.load("default"):extend(spec or {})
 end
 
 --- A new policy that inherits everything from `self` and overrides what `spec` sets.
@@ -51,6 +57,70 @@ function Policy:extend(spec)
   end
   spec.parent = self
   return setmetatable(spec, { __index = self })
+end
+
+local function fail(self, field, msg)
+  error("policy '" .. tostring(rawget(self, "name") or self.name) .. "': field '" .. field .. "' " .. msg, 0)
+end
+
+local function check_kind(self, field, v, kind)
+  if type(v) ~= kind then fail(self, field, "must be a " .. kind .. ", got " .. type(v)) end
+end
+
+local function check_strings(self, field, t, keyed)
+  check_kind(self, field, t, "table")
+  for k, v in pairs(t) do
+    if keyed and type(k) ~= "string" then fail(self, field, "must have string keys") end
+    if type(v) ~= "string" then fail(self, field, "must hold strings, got " .. type(v)) end
+  end
+end
+
+local ENUMS = { network = { new = true, host = true },
+                user_namespace = { auto = true, never = true, always = true } }
+
+--- Check the policy's data, raising an error that names the policy and the field.
+-- Called when a policy is loaded or handed over as a table, before any run uses it.
+-- @return the policy
+function Policy:check()
+  local options = require "corral.options"
+  check_kind(self, "defaults", self.defaults, "table")
+  local ok, err = pcall(options.check, "defaults", self.defaults, options.run_schema)
+  if not ok then fail(self, "defaults", "is wrong: " .. tostring(err)) end
+  for _, k in ipairs({ "timeout", "cpu_seconds", "memory_mb", "file_mb", "processes", "open_files", "max_output" }) do
+    if self.defaults[k] == nil then fail(self, "defaults", "lacks " .. k) end
+  end
+  if self.maxima ~= nil then
+    ok, err = pcall(options.check, "maxima", self.maxima, options.run_schema)
+    if not ok then fail(self, "maxima", "is wrong: " .. tostring(err)) end
+  end
+  check_kind(self, "python_path", self.python_path, "string")
+  check_strings(self, "python_args", self.python_args)
+  check_strings(self, "env", self.env, true)
+  for field, allowed in pairs(ENUMS) do
+    if self[field] ~= nil and not allowed[self[field]] then
+      local names = {}
+      for n in pairs(allowed) do names[#names + 1] = n end
+      table.sort(names)
+      fail(self, field, "must be one of " .. table.concat(names, ", ") .. ", got " .. tostring(self[field]))
+    end
+  end
+  check_kind(self, "pid_namespace", self.pid_namespace, "boolean")
+  if self.uid_range ~= nil then
+    local r = self.uid_range
+    if type(r) ~= "table" or math.type(r[1]) ~= "integer" or math.type(r[2]) ~= "integer"
+      or r[1] < 1 or r[2] < r[1] or r[2] > 4294967294 then
+      fail(self, "uid_range", "must be {first, last} with 1 <= first <= last")
+    end
+  end
+  check_kind(self, "tmp_dir", self.tmp_dir, "string")
+  if self.tmp_dir:sub(1, 1) ~= "/" then fail(self, "tmp_dir", "must be an absolute path") end
+  if type(self.code_name) ~= "string" or not self.code_name:match("^[%w_%.%-]+$") then
+    fail(self, "code_name", "must be a file name")
+  end
+  for _, k in ipairs({ "grace", "tail_bytes" }) do
+    if type(self[k]) ~= "number" or self[k] < 0 then fail(self, k, "must be a number >= 0") end
+  end
+  return self
 end
 
 -- Options that fill a `limits` name when applied, for maxima checks in `prepare`.
@@ -81,7 +151,7 @@ function Policy:prepare(opts, host)
   local python, err, code = require("corral.host").interpreter(o.python or "python3", self.python_path)
   if not python then return nil, err, code end
   o.python_exe = python
-  if o.require_network_isolation and self.network ~= "new" then
+  if o.require_network_isolation and self.network ~= "new" and not self.wrapper_isolates_network then
     return nil, "ENOTSUP: network isolation was required but policy '" .. tostring(self.name)
       .. "' keeps the host network", "ENOTSUP"
   end
@@ -135,12 +205,13 @@ function Policy:launch_args(opts, run, host)
   add(self.pid_namespace and "--pidns" or "--no-pidns")
   if self.user_namespace then add("--userns", self.user_namespace) end
   if run.uid then add("--uid", tostring(run.uid), "--gid", tostring(run.gid)) end
-  add("--rlimit", "cpu=" .. opts.cpu_seconds)
-  add("--rlimit", "as=" .. opts.memory_mb * 1048576)
-  add("--rlimit", "fsize=" .. opts.file_mb * 1048576)
+  local function int(n) return string.format("%d", math.floor(n)) end
+  add("--rlimit", "cpu=" .. int(opts.cpu_seconds))
+  add("--rlimit", "as=" .. int(opts.memory_mb * 1048576))
+  add("--rlimit", "fsize=" .. int(opts.file_mb * 1048576))
   add("--rlimit", "core=0")
-  add("--rlimit", "nofile=" .. opts.open_files)
-  add("--rlimit", "nproc=" .. opts.processes)
+  add("--rlimit", "nofile=" .. int(opts.open_files))
+  add("--rlimit", "nproc=" .. int(opts.processes))
   for _, e in ipairs(self:environment(opts, run)) do add("--env", e) end
   add("--chdir", run.workdir, "--")
   for _, v in ipairs(self:command(opts, run, host)) do a[#a + 1] = v end
@@ -159,7 +230,10 @@ function Policy:classify(raw, opts, rep)
   if raw.overflow then return "output" end
   local sig = rep.status and rep.status.kind == "signal" and rep.status.code or raw.term_signal
   local cpu_s = rep.usage and (rep.usage.user_us + rep.usage.sys_us) / 1e6 or 0
-  if sig == SIGXCPU or (sig == SIGKILL and cpu_s >= opts.cpu_seconds * 0.95) then return "cpu" end
+  -- the launcher sets the soft CPU limit at cpu_seconds (SIGXCPU) and the hard one a second later
+  -- (SIGKILL, for a program that ignores SIGXCPU); usage counts the whole tree, so a SIGKILL is
+  -- put down to the CPU limit only when the tree spent at least the hard limit
+  if sig == SIGXCPU or (sig == SIGKILL and cpu_s >= opts.cpu_seconds + 0.95) then return "cpu" end
   if sig == SIGXFSZ then return "file-size" end
   local tail = last_line(raw.stderr_tail ~= "" and raw.stderr_tail or raw.stderr)
   local failed = (sig and sig ~= 0) or (rep.status and rep.status.code ~= 0) or raw.exit_status ~= 0
@@ -224,9 +298,13 @@ function Policy:result(raw, opts, run, host)
     return nil, f.errno .. ": sandbox setup failed at " .. f.step .. ": " .. f.message, f.errno
   end
   if not rep.version and not raw.timed_out and not raw.killed then
+    local said = (raw.stderr or ""):match("^(corral%-launch: [^\n]*)")
     return nil, "EIO: the launcher ended without a report (exit " .. tostring(raw.exit_status)
-      .. ", signal " .. tostring(raw.term_signal) .. ")", "EIO"
+      .. ", signal " .. tostring(raw.term_signal) .. ")" .. (said and (": " .. said) or ""), "EIO"
   end
+  -- a program that exited by itself just as the timer fired did not time out
+  local timed_out = raw.timed_out and not (rep.status and rep.status.kind == "exit")
+  raw.timed_out = timed_out
   local returncode, signal
   if rep.status then
     if rep.status.kind == "exit" then returncode = rep.status.code
@@ -236,7 +314,7 @@ function Policy:result(raw, opts, run, host)
   else
     returncode = raw.exit_status
   end
-  if raw.timed_out and not signal then signal = SIGKILL; returncode = -SIGKILL end
+  if timed_out and not signal then signal = SIGKILL; returncode = -SIGKILL end
   local reason = self:classify(raw, opts, rep)
   local usage = {
     wall_s = raw.wall_s,
@@ -246,11 +324,11 @@ function Policy:result(raw, opts, run, host)
   }
   local max = opts.max_output
   local res = {
-    ok = (returncode == 0 and not raw.timed_out),
+    ok = (returncode == 0 and not timed_out),
     stdout = repair(raw.stdout),
     stderr = repair(raw.stderr),
     returncode = returncode,
-    timed_out = raw.timed_out and true or false,
+    timed_out = timed_out and true or false,
     truncated = (raw.stdout_bytes > max or raw.stderr_bytes > max),
     network_isolated = rep.applied["no-network"] ~= nil,
     limits = self:limits(raw, opts, rep, run),
@@ -272,8 +350,8 @@ end
 local loaded = {}
 function M.load(spec)
   if type(spec) == "table" then
-    if getmetatable(spec) == nil then return M.new(spec) end
-    return spec
+    if getmetatable(spec) == nil then spec = M.new(spec) end
+    return spec:check()
   end
   if loaded[spec] then return loaded[spec] end
   local path
@@ -295,8 +373,9 @@ function M.load(spec)
   if not ok then error("policy '" .. spec .. "' failed to load: " .. tostring(p), 0) end
   if type(p) ~= "table" then error("policy '" .. spec .. "' must return a table, got " .. type(p), 0) end
   if getmetatable(p) == nil then p = M.new(p) end
-  p.name = p.name or spec
+  if rawget(p, "name") == nil then p.name = spec end
   p.path = path
+  p:check()
   loaded[spec] = p
   return p
 end
