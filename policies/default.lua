@@ -25,6 +25,10 @@ return policy.base {
   -- "auto": a user namespace only where the namespaces are refused without one (not root)
   user_namespace = "auto",
   uid_range = { 60000, 60999 },
+  -- with the PID namespace's mount namespace: fresh scratch mounts (MiB) that no other run sees
+  -- and that vanish with the run, and the work dir (cwd, HOME, TMPDIR) as a tmpfs of work_mb
+  tmpfs = { ["/tmp"] = 16, ["/var/tmp"] = 16, ["/dev/shm"] = 64 },
+  work_mb = 64,
   tmp_dir = "/tmp",
   kill_on_overflow = false,
   grace = 0.2,

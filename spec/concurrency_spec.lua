@@ -59,3 +59,52 @@ describe("concurrency", function()
     assert.is_true(core.hrtime() - t0 < 2)
   end)
 end)
+
+describe("isolation between concurrent runs", function()
+  local snap
+  before_each(function() snap = H.snapshot() end)
+  after_each(function() H.assert_clean(snap) end)
+
+  it("keeps a run's code, files and scratch space from another run", function()
+    local victim = [[
+import os, time
+SECRET = 'sk-live-123'
+open('note.txt', 'w').write(SECRET)
+open('/tmp/left-by-victim', 'w').write(SECRET)
+open('/dev/shm/left-by-victim', 'w').write(SECRET)
+time.sleep(1.5)
+print(sorted(os.listdir('.')))
+]]
+    local attacker = [[
+import glob, os, time
+time.sleep(0.5)
+mine = os.path.dirname(os.getcwd())   # this run's own directory is fair game
+found = []
+for pattern in ('/tmp/corral-*/code/*', '/tmp/corral-*/work/*', '/tmp/left-by-victim', '/tmp/*/work/note.txt',
+                '/dev/shm/*', '/var/tmp/*'):
+    for path in glob.glob(pattern):
+        if path.startswith(mine + '/'):
+            continue
+        try:
+            if 'sk-live-123' in open(path).read():
+                found.append(path)
+        except OSError:
+            pass
+for d in glob.glob('/tmp/corral-*/work'):
+    if d.startswith(mine + '/'):
+        continue
+    try:
+        open(d + '/planted', 'w').write('x')
+        found.append('planted in ' + d)
+    except OSError:
+        pass
+print('found', found)
+]]
+    local r = corral.run_many({ victim, attacker }, { concurrency = 2 })
+    assert.are.equal("found []\n", r[2].stdout, r[2].stderr)
+    assert.are.equal("['note.txt']\n", r[1].stdout, r[1].stderr)
+    -- nothing the runs wrote is left on the host
+    assert.is_false(core.exists("/tmp/left-by-victim"))
+    assert.is_false(core.exists("/dev/shm/left-by-victim"))
+  end)
+end)

@@ -180,3 +180,19 @@ describe("corral.core", function()
     end)
   end)
 end)
+
+describe("corral.core timers", function()
+  it("count a timeout from the spawn even when the loop stood still before it", function()
+    local done = false
+    assert(core.spawn { file = "/bin/true", args = {}, on_exit = function() done = true end })
+    while not done do core.run("once") end
+    -- the loop does not run for 1.5 s: its cached clock goes stale
+    H.sh("sleep 1.5")
+    local res
+    assert(core.spawn { file = "/bin/sleep", args = { "0.5" }, timeout = 1,
+                        on_exit = function(r) res = r end })
+    while not res do core.run("once") end
+    assert.is_false(res.timed_out)
+    assert.are.equal(0, res.exit_status)
+  end)
+end)

@@ -241,23 +241,30 @@ except OSError as e:
   end)
 
   it("cleans up without following a symlink planted to a directory outside", function()
-    local outside = core.mkdtemp("/tmp/outside-XXXXXX")
-    assert(core.write_file(outside .. "/keep", "precious", 420))
-    assert(core.chmod(outside, 511)) -- 0777 so any run uid can plant links to it
-    local code = string.format([[
+    -- the default policy's work dir is a tmpfs that vanishes with the run; a policy without it
+    -- leaves the planted links on the host for the clean-up to face
+    local on_host = require("corral.policy").load("default"):extend { tmpfs = {}, work_mb = false }
+    for _, pol in ipairs({ "default", on_host }) do
+      local outside = core.mkdtemp("/tmp/outside-XXXXXX")
+      assert(core.write_file(outside .. "/keep", "precious", 420))
+      assert(core.chmod(outside, 511)) -- 0777 so any run uid can plant links to it
+      local code = string.format([[
 import os
 os.symlink(%q, 'link')
 os.makedirs('a/b/c')
 os.symlink(%q, 'a/b/c/deeper')
 os.symlink(%q, 'file-link')
+os.chmod('a/b', 0)
 print("planted")
 ]], outside, outside, outside .. "/keep")
-    local r = run(code)
-    assert.are.equal("planted\n", r.stdout)
-    local f = assert(io.open(outside .. "/keep"))
-    assert.are.equal("precious", f:read("a"))
-    f:close()
-    assert(core.rmtree(outside))
+      local r = run(code, { policy = pol })
+      assert.are.equal("planted\n", r.stdout, r.stderr)
+      assert.are.equal(pol == "default", H.has(r.limits, "work-tmpfs"))
+      local f = assert(io.open(outside .. "/keep"))
+      assert.are.equal("precious", f:read("a"))
+      f:close()
+      assert(core.rmtree(outside))
+    end
   end)
 
   it("runs 10 MB of source and reports NUL bytes with Python's own error", function()
@@ -347,5 +354,37 @@ require("corral").run_python("import os, time\nif os.fork() == 0:\n    os.setsid
       "package.cpath = \"csrc/?.so;\" .. package.cpath; io.write(require(\"corral\").run_python(\"print(1)\").stdout)'")
     assert.are.equal("1", out)
     assert.is_false(core.exists(left[1]))
+  end)
+
+  it("leaves no survivor under a run uid for the next controller, even without a pid namespace", function()
+    if not H.root then pending("run uids need root") return end
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write([[
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "csrc/?.so;" .. package.cpath
+local pol = require("corral.policy").load("default"):extend { pid_namespace = false }
+require("corral").run_python("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(100)\ntime.sleep(100)",
+  { timeout = 60, policy = pol })
+]])
+    f:close()
+    local before = H.temp_dirs()
+    local pid = tonumber((H.sh("lua5.4 " .. script .. " >/dev/null 2>&1 & echo $!")))
+    assert.is_true(H.eventually(function()
+      return H.sh("ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'") == "2"
+    end, 5), "the sandboxed program did not start")
+    core.kill(pid, 9)
+    -- without a pid namespace the setsid escapee outlives its dead controller ...
+    assert.is_true(H.eventually(function()
+      return H.sh("ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'") == "1"
+    end, 2))
+    -- ... until the next run that takes its uid ends it
+    local r = run("print('next')")
+    assert.are.equal("next\n", r.stdout)
+    assert.are.equal("0", H.sh("ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'"))
+    os.remove(script)
+    local seen = {}
+    for _, d in ipairs(before) do seen[d] = true end
+    for _, d in ipairs(H.temp_dirs()) do if not seen[d] then core.rmtree(d) end end
   end)
 end)

@@ -182,10 +182,12 @@ static void end_run(corral_run *r) {
   r->ending = 1;
   uv_timer_stop(&r->t_timeout);
   signal_pid(r, SIGTERM);
-  if (r->grace_ms == 0)
+  if (r->grace_ms == 0) {
     kill_cb(&r->t_kill);
-  else
+  } else {
+    uv_update_time(r->t_kill.loop); /* proc:kill() may come after the loop stood still */
     uv_timer_start(&r->t_kill, kill_cb, r->grace_ms, 0);
+  }
 }
 
 static void timeout_cb(uv_timer_t *t) {
@@ -683,6 +685,9 @@ int corral_spawn(lua_State *L) {
   stream_start(&r->err);
   stream_start(&r->rep);
   start_stdin(r);
+  /* libuv timers count from the loop's cached time, which is stale when the loop has not run
+   * for a while (the host blocked between runs): refresh it, or the timeout fires early */
+  uv_update_time(&cl->loop);
   if (r->has_timeout) uv_timer_start(&r->t_timeout, timeout_cb, r->timeout_ms, 0);
   lua_pushvalue(L, i_ud);
   return 1;

@@ -145,16 +145,19 @@ static void step_rlimits(const struct plan *p)
 	}
 }
 
-static int step_ids(const struct plan *p, int errfd, pid_t parent)
+/* In a user namespace the ids are those of its maps (ns.c): a refusal there has its own cause. */
+static int step_ids(const struct launch *L, int errfd, pid_t parent)
 {
+	const struct plan *p = L->plan;
+
 	if (!p->has_ids)
 		return 0;
 	if (setgroups(0, NULL) != 0)
-		die(errfd, W_SETGROUPS, errno);
+		die(errfd, L->userns ? W_IDS_USERNS : W_SETGROUPS, errno);
 	if (setresgid(p->gid, p->gid, p->gid) != 0)
-		die(errfd, W_SETGID, errno);
+		die(errfd, L->userns ? W_IDS_USERNS : W_SETGID, errno);
 	if (setresuid(p->uid, p->uid, p->uid) != 0)
-		die(errfd, W_SETUID, errno);
+		die(errfd, L->userns && errno != EAGAIN ? W_IDS_USERNS : W_SETUID, errno);
 	/* A change of euid clears the parent-death signal: set it again, and re-check. */
 	if (step_die_with_parent(parent) != 0)
 		_exit(EXIT_SETUP);
@@ -261,7 +264,7 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 		_exit(EXIT_SETUP);      /* the supervisor is gone: nobody to tell */
 	step_send_pid(errfd);
 	step_rlimits(p);
-	step_ids(p, errfd, parent);
+	step_ids(L, errfd, parent);
 	step_no_new_privs();
 	if (step_chdir(p) != 0)
 		die(errfd, W_CHDIR, errno);

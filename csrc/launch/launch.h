@@ -4,7 +4,9 @@
  *   plan.c       command line -> struct plan (pure)
  *   report.c     report lines (async-signal-safe), errno names, actionable messages
  *   ns.c         unshare, user namespace id maps
- *   supervise.c  init (PID namespace) or subreaper loops, tree kill, exit mirroring
+ *   mounts.c     the init's mount namespace: private /proc, --tmpfs, --ro-bind, --work-tmpfs
+ *   supervise.c  init (PID namespace) or subreaper loops, exit mirroring
+ *   sweep.c      without a PID namespace: the tree kill, the uid sweep, --kill-uid
  *   child.c      the program's steps between fork and execve
  *   probe.c      --probe
  *
@@ -41,6 +43,7 @@ enum what {
 	W_NETNS,
 	W_PIDNS,
 	W_IDMAP,
+	W_IDMAP_ROOT,
 	W_SUBREAPER,
 	W_PIPE,
 	W_FORK,
@@ -48,10 +51,13 @@ enum what {
 	W_SETGROUPS,
 	W_SETGID,
 	W_SETUID,
+	W_IDS_USERNS,
 	W_NO_NEW_PRIVS,
 	W_CHDIR,
 	W_FDS,
 	W_EXEC,
+	W_ROBIND,
+	W_KILL_UID,
 	W_COUNT
 };
 
@@ -99,7 +105,14 @@ const char *what_step(enum what w);             /* the STEP of a fatal line */
 /* ---- ns.c ---- */
 
 int ns_apply(struct launch *L);                 /* 0, or -1 after a fatal line */
-void ns_private_proc(void);                     /* in the init of a PID namespace */
+
+/* ---- mounts.c ---- */
+
+int mounts_apply(const struct launch *L);       /* in B, before it forks C: 0, or -1 after a
+						 * fatal line */
+/* "refused private-tmp" / "refused work-tmpfs" for what the plan asked, when there is no mount
+ * namespace to make them in; why completes the message. */
+void mounts_refuse(const struct plan *p, int err, const char *why);
 
 /* ---- child.c: C, between fork and execve ---- */
 
@@ -127,6 +140,17 @@ struct outcome {
 int supervise_prepare(struct launch *L);        /* signals; 0 or -1 after a fatal line */
 void supervise_run(struct launch *L, struct outcome *out);
 NORETURN void outcome_exit(const struct outcome *out);
+
+/* ---- sweep.c: without a PID namespace ---- */
+
+/* Kills and reaps every descendant of the caller (a subreaper), and first, with p->has_ids and
+ * p->sweep_uid, every process of p->uid. Records the status of prog when it reaps it. */
+void sweep_tree(const struct plan *p, int sigfd, pid_t prog, int *prog_reaped, int *prog_status);
+
+/* --kill-uid: the exit code (0, or 125 after a line on stderr). */
+int sweep_kill_uid(uid_t uid);
+
+long long now_ms(void);                         /* CLOCK_MONOTONIC */
 
 /* ---- probe.c ---- */
 

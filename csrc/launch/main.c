@@ -9,7 +9,10 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <dirent.h>
+#include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static NORETURN void usage_error(const char *what)
@@ -32,6 +35,51 @@ static void write_all(int fd, const char *s)
 		s += n;
 		len -= (size_t)n;
 	}
+}
+
+/* 0a. First of all: not dumpable, so that a process of our uid (the program, when there is no
+ * user namespace and no --uid) cannot ptrace us, take our fds with pidfd_getfd (the report fd:
+ * it could forge lines), or read our /proc/PID/environ, fd and mem. Kept across fork (B, C
+ * until its execve). */
+static void step_not_dumpable(void)
+{
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);     /* cannot fail with these arguments */
+}
+
+static void close_range_loop(int from, int to_or_neg)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		int fd = atoi(e->d_name);
+
+		if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && fd >= from &&
+		    (to_or_neg < 0 || fd <= to_or_neg) && fd != dirfd(d))
+			close(fd);
+	}
+	closedir(d);
+}
+
+/* close_range(from, to) (to -1: no end), with a /proc/self/fd loop before Linux 5.9. */
+static void close_fds(int from, int to)
+{
+#ifdef SYS_close_range
+	if (syscall(SYS_close_range, (unsigned)from, to < 0 ? ~0U : (unsigned)to, 0U) == 0)
+		return;
+#endif
+	close_range_loop(from, to);
+}
+
+/* 0b. Every inherited fd but 0-2 and the report fd is closed: whatever the host leaked into
+ * the launcher reaches neither the program nor anything that could get at the launcher. */
+static void step_close_inherited(int report_fd)
+{
+	if (report_fd > 3)
+		close_fds(3, report_fd - 1);
+	close_fds(report_fd >= 3 ? report_fd + 1 : 3, -1);
 }
 
 /* 1. A new session and process group, so the host can kill the group. */
@@ -69,6 +117,7 @@ int main(int argc, char **argv)
 	struct outcome out;
 	char err[256];
 
+	step_not_dumpable();                    /* 0a. */
 	if (plan_parse(&plan, argc, argv, err, sizeof err) != 0)
 		usage_error(err);
 	if (plan.mode == PLAN_HELP) {
@@ -80,12 +129,21 @@ int main(int argc, char **argv)
 		plan_free(&plan);
 		return probe_run();
 	}
+	if (plan.mode == PLAN_KILL_UID) {
+		uid_t uid = plan.kill_uid;
+
+		plan_free(&plan);
+		if (geteuid() != 0)
+			usage_error("--kill-uid needs root (it takes the uid to kill as that uid)");
+		return sweep_kill_uid(uid);
+	}
 	if (plan.report_fd >= 0 && fcntl(plan.report_fd, F_GETFD) < 0) {
 		snprintf(err, sizeof err, "--report-fd %d is not an open file descriptor",
 			 plan.report_fd);
 		plan_free(&plan);
 		usage_error(err);
 	}
+	step_close_inherited(plan.report_fd);   /* 0b. */
 
 	memset(&L, 0, sizeof L);
 	L.plan = &plan;

@@ -1,8 +1,15 @@
 /* ns.c: the namespaces, with one unshare() when possible.
  *
- * --userns auto: try the namespaces alone (works as root); on EPERM try again with
- * CLONE_NEWUSER and map the caller's ids to themselves. When both are refused, try the PID and
- * the network namespace separately, so one refused namespace does not cost the other.
+ * --userns auto: try the namespaces alone (works as root with CAP_SYS_ADMIN); on EPERM try again
+ * with CLONE_NEWUSER and write the id maps. When both are refused, try the PID and the network
+ * namespace separately, so one refused namespace does not cost the other.
+ *
+ * Id maps: without root, the launcher maps its own uid and gid to themselves and denies
+ * setgroups, as the kernel requires. As root with --uid/--gid, a helper forked before the
+ * unshare (so still in the parent user namespace, where it holds CAP_SETUID and CAP_SETGID)
+ * maps the launcher's ids and the program's (0 0 1 and U U 1) and leaves setgroups allowed, so
+ * the program child can drop its groups and take U:G inside: a process cannot write such a map
+ * for its own new namespace.
  */
 #include "launch.h"
 
@@ -11,19 +18,17 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-static int write_file(const char *path, const char *data)
+/* One write() of data to fd, then close(fd). */
+static int write_close(int fd, const char *data)
 {
 	size_t len = strlen(data);
 	ssize_t n;
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
 	int err;
 
-	if (fd < 0)
-		return -1;
 	do
 		n = write(fd, data, len);
 	while (n < 0 && errno == EINTR);
@@ -35,22 +40,155 @@ static int write_file(const char *path, const char *data)
 	return -1;
 }
 
-/* In a new user namespace: the caller's ids map to themselves, so the program sees its usual
- * ids and, being non-zero inside, loses every capability at execve. */
-static int write_id_maps(const struct launch *L)
+/* "A A 1" and, when B differs, "B B 1" (ascending: the kernel wants no overlap). */
+static void format_map(char *buf, size_t len, unsigned a, unsigned b)
+{
+	if (a == b)
+		snprintf(buf, len, "%u %u 1\n", a, a);
+	else
+		snprintf(buf, len, "%u %u 1\n%u %u 1\n", a < b ? a : b, a < b ? a : b,
+			 a < b ? b : a, a < b ? b : a);
+}
+
+/* Without root, in our new user namespace: our ids map to themselves, so the program sees its
+ * usual ids and, being non-zero inside, loses every capability at execve. The launcher is not
+ * dumpable (main.c), and the kernel then lets only root open its /proc/self files for writing:
+ * dumpable for the three open() calls only, before any program exists. */
+static int write_own_maps(const struct launch *L)
 {
 	char map[64];
+	int sg, um, gm, err;
 
-	/* Unprivileged gid_map writes need setgroups denied; absent before Linux 3.19. */
-	if (write_file("/proc/self/setgroups", "deny") != 0 && errno != ENOENT)
+	if (L->euid != 0)
+		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+	sg = open("/proc/self/setgroups", O_WRONLY | O_CLOEXEC);  /* absent before Linux 3.19 */
+	err = errno;
+	um = open("/proc/self/uid_map", O_WRONLY | O_CLOEXEC);
+	if (um < 0)
+		err = errno;
+	gm = open("/proc/self/gid_map", O_WRONLY | O_CLOEXEC);
+	if (gm < 0)
+		err = errno;
+	if (L->euid != 0)
+		prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	if ((sg < 0 && err != ENOENT) || um < 0 || gm < 0) {
+		if (sg >= 0)
+			close(sg);
+		if (um >= 0)
+			close(um);
+		if (gm >= 0)
+			close(gm);
+		errno = err;
 		return -1;
+	}
+	/* Unprivileged gid_map writes need setgroups denied. */
+	if (sg >= 0 && write_close(sg, "deny") != 0) {
+		err = errno;
+		close(um);
+		close(gm);
+		errno = err;
+		return -1;
+	}
 	snprintf(map, sizeof map, "%u %u 1\n", (unsigned)L->euid, (unsigned)L->euid);
-	if (write_file("/proc/self/uid_map", map) != 0)
+	if (write_close(um, map) != 0) {
+		err = errno;
+		close(gm);
+		errno = err;
 		return -1;
+	}
 	snprintf(map, sizeof map, "%u %u 1\n", (unsigned)L->egid, (unsigned)L->egid);
-	if (write_file("/proc/self/gid_map", map) != 0)
+	return write_close(gm, map);
+}
+
+/* The privileged map writer: forked before unshare(CLONE_NEWUSER), it waits on a pipe for the
+ * launcher's go (EOF: the unshare failed, nothing to do), then writes the launcher's uid_map and
+ * gid_map and exits with 0 or the errno. */
+struct mapper {
+	pid_t pid;              /* 0: none */
+	int go;                 /* write end of the pipe */
+};
+
+static NORETURN void mapper_main(const struct launch *L, pid_t target, int rfd)
+{
+	char path[64], map[64];
+	char c;
+	ssize_t n;
+	int fd;
+
+	do
+		n = read(rfd, &c, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(0);
+	snprintf(path, sizeof path, "/proc/%d/uid_map", (int)target);
+	format_map(map, sizeof map, (unsigned)L->euid, (unsigned)L->plan->uid);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write_close(fd, map) != 0)
+		_exit(errno & 0xff ? errno & 0xff : EIO);
+	snprintf(path, sizeof path, "/proc/%d/gid_map", (int)target);
+	format_map(map, sizeof map, (unsigned)L->egid, (unsigned)L->plan->gid);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write_close(fd, map) != 0)
+		_exit(errno & 0xff ? errno & 0xff : EIO);
+	_exit(0);
+}
+
+static int mapper_start(const struct launch *L, struct mapper *m)
+{
+	int fds[2];
+	pid_t self = getpid();
+
+	m->pid = 0;
+	m->go = -1;
+	if (pipe2(fds, O_CLOEXEC) != 0)
 		return -1;
+	m->pid = fork();
+	if (m->pid == 0) {
+		close(fds[1]);
+		mapper_main(L, self, fds[0]);
+	}
+	close(fds[0]);
+	if (m->pid < 0) {
+		int err = errno;
+
+		close(fds[1]);
+		m->pid = 0;
+		errno = err;
+		return -1;
+	}
+	m->go = fds[1];
 	return 0;
+}
+
+/* go: the unshare worked, write the maps. 0, or -1 with errno (the mapper's). */
+static int mapper_finish(struct mapper *m, int go)
+{
+	int st, err = 0;
+	ssize_t n;
+
+	if (go) {
+		do
+			n = write(m->go, "g", 1);
+		while (n < 0 && errno == EINTR);
+	}
+	close(m->go);
+	while (waitpid(m->pid, &st, 0) < 0)
+		if (errno != EINTR) {
+			err = errno;
+			break;
+		}
+	if (!err && go)
+		err = WIFEXITED(st) ? WEXITSTATUS(st) : EINTR;
+	m->pid = 0;
+	m->go = -1;
+	errno = err;
+	return err ? -1 : 0;
+}
+
+/* Root running the program as another uid needs both ids mapped (see the top of the file). */
+static int privileged_maps(const struct launch *L)
+{
+	return L->euid == 0 && L->plan->has_ids;
 }
 
 struct attempt {
@@ -76,12 +214,34 @@ static int try_unshare(struct launch *L, struct attempt *a)
 		if (L->userns || mode == PLAN_USERNS_NEVER || a->direct_err != EPERM)
 			return 1;
 	}
+	if (privileged_maps(L)) {
+		struct mapper m;
+		int err;
+
+		if (mapper_start(L, &m) != 0) {
+			report_fatal(W_FORK, errno, NULL);
+			return -1;
+		}
+		if (unshare(a->flags | CLONE_NEWUSER) != 0) {
+			a->user_err = errno;
+			mapper_finish(&m, 0);
+			return 1;
+		}
+		L->userns = 1;
+		if (mapper_finish(&m, 1) != 0) {
+			err = errno;
+			report_fatal(W_IDMAP_ROOT, err, NULL);
+			return -1;
+		}
+		a->got = 1;
+		return 0;
+	}
 	if (unshare(a->flags | CLONE_NEWUSER) != 0) {
 		a->user_err = errno;
 		return 1;
 	}
 	L->userns = 1;
-	if (write_id_maps(L) != 0) {
+	if (write_own_maps(L) != 0) {
 		report_fatal(W_IDMAP, errno, NULL);
 		return -1;
 	}
@@ -116,6 +276,19 @@ static void report_refusal(const struct launch *L, const struct attempt *a, enum
 	line_send(&l, report_get_fd());
 }
 
+/* The mounts of --tmpfs and --work-tmpfs are made by the init, in the mount namespace that comes
+ * with the PID namespace: without one, say so. */
+static void refuse_mounts(const struct plan *p, const struct attempt *pid)
+{
+	if (!p->pidns)
+		mounts_refuse(p, EINVAL, "needs --pidns: the mounts are made in the mount namespace "
+			      "that comes with the PID namespace");
+	else if (!pid->got)
+		mounts_refuse(p, pid->direct_err ? pid->direct_err : pid->user_err,
+			      "the PID namespace, and the mount namespace that comes with it, "
+			      "was refused");
+}
+
 int ns_apply(struct launch *L)
 {
 	const struct plan *p = L->plan;
@@ -128,8 +301,10 @@ int ns_apply(struct launch *L)
 		all.flags |= CLONE_NEWNET;
 	if (p->pidns)
 		all.flags |= CLONE_NEWPID | CLONE_NEWNS;
-	if (!all.flags)
+	if (!all.flags) {
+		refuse_mounts(p, &pid);
 		return 0;
+	}
 	pid.flags = CLONE_NEWPID | CLONE_NEWNS;
 	net.flags = CLONE_NEWNET;
 
@@ -175,25 +350,6 @@ int ns_apply(struct launch *L)
 	}
 	L->netns = net.got;
 	L->pidns = pid.got;
+	refuse_mounts(p, &pid);
 	return 0;
-}
-
-/* In the init of a new PID namespace, which also has its own mount namespace: keep mounts from
- * propagating back to the host, then mount a /proc that shows only this namespace's processes
- * (the controller's /proc/PID/environ and the host's process list are out of sight). Refusal is
- * reported and the run goes on with the host's /proc. */
-void ns_private_proc(void)
-{
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
-		report_refused("private-proc", errno,
-			       "cannot make the new mount namespace private; the program sees the host's /proc");
-		return;
-	}
-	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
-		report_refused("private-proc", errno,
-			       errno == EPERM ? "mounting proc was refused (in a container, masked /proc paths forbid it); the program sees the host's /proc"
-					      : "cannot mount proc; the program sees the host's /proc");
-		return;
-	}
-	report_applied("private-proc");
 }

@@ -19,6 +19,7 @@ static const char *const rlimit_names[PLAN_RL_COUNT] = {
 static const char help_text[] =
 	"usage: corral-launch [OPTIONS] -- PROGRAM [ARGS...]\n"
 	"       corral-launch --probe\n"
+	"       corral-launch --kill-uid U\n"
 	"       corral-launch --help\n"
 	"\n"
 	"Runs PROGRAM in a new process under a confinement plan: a new session, death\n"
@@ -51,16 +52,26 @@ static const char help_text[] =
 	"                        (seconds), as, fsize (bytes), core, nofile, nproc\n"
 	"  --env NAME=VALUE      repeatable; the program's whole environment\n"
 	"  --chdir DIR           the program's working directory\n"
+	"  --tmpfs PATH=BYTES    repeatable (at most 16); with a PID namespace, a\n"
+	"                        fresh tmpfs of BYTES at PATH (mode 1777, nosuid,\n"
+	"                        nodev), private to the run and gone with it\n"
+	"  --ro-bind PATH        repeatable (at most 16); the host directory PATH\n"
+	"                        stays visible, read-only, over the --tmpfs mounts\n"
+	"  --work-tmpfs BYTES    with a PID namespace, a tmpfs of BYTES on the\n"
+	"                        --chdir directory (absolute), mode 0700, owned by\n"
+	"                        the program's uid and gid\n"
 	"  --probe               print what this host allows, one line each\n"
+	"  --kill-uid U          kill every process of uid U (not 0) and exit;\n"
+	"                        root only\n"
 	"  --help                this text\n"
 	"\n"
 	"Options also take the --opt=VALUE form. PROGRAM is used as given (no PATH\n"
-	"search).\n"
+	"search). --probe, --kill-uid and --help take no other option.\n"
 	"\n"
 	"exit status: the program's exit code, or its terminating signal re-raised on\n"
 	"the launcher (no core dump); a run ended by SIGTERM, SIGINT or SIGHUP to the\n"
 	"launcher ends by SIGKILL; 125 setup failed; 126 execve refused; 127 PROGRAM\n"
-	"not found; 2 bad usage.\n";
+	"not found; 2 bad usage. --kill-uid: 0 done, 125 failed.\n";
 
 const char *plan_help(void)
 {
@@ -155,9 +166,56 @@ static int parse_env(struct plan *p, const char *s, char *err, size_t errlen)
 	return 0;
 }
 
+/* An absolute path other than "/", shorter than PATH_MAX. */
+static int check_path(const char *opt, const char *s, size_t len, char *err, size_t errlen)
+{
+	if (len == 0 || s[0] != '/')
+		return fail(err, errlen, "%s: '%.*s' is not an absolute path", opt,
+			    (int)(len > 64 ? 64 : len), s);
+	if (len == 1)
+		return fail(err, errlen, "%s: '/' would hide the whole file system", opt);
+	if (len >= PATH_MAX)
+		return fail(err, errlen, "%s: the path is longer than %d bytes", opt, PATH_MAX - 1);
+	return 0;
+}
+
+/* tmpfs sizes: at least one byte (size=0 would mean no limit to the kernel). */
+#define TMPFS_MAX (1ULL << 62)
+
+static int parse_tmpfs(struct plan *p, const char *s, char *err, size_t errlen)
+{
+	const char *eq = strrchr(s, '=');       /* a path may hold '=', a size does not */
+	struct plan_tmpfs *t;
+
+	if (!eq)
+		return fail(err, errlen, "--tmpfs: '%s' is not PATH=BYTES", s);
+	if (p->ntmpfs == PLAN_MOUNTS_MAX)
+		return fail(err, errlen, "--tmpfs given more than %d times", PLAN_MOUNTS_MAX);
+	if (check_path("--tmpfs", s, (size_t)(eq - s), err, errlen))
+		return -1;
+	t = &p->tmpfs[p->ntmpfs];
+	if (number("--tmpfs", eq + 1, 1, TMPFS_MAX, &t->size, err, errlen))
+		return -1;
+	t->path = s;
+	t->path_len = (size_t)(eq - s);
+	p->ntmpfs++;
+	return 0;
+}
+
+static int parse_ro_bind(struct plan *p, const char *s, char *err, size_t errlen)
+{
+	if (p->nro_bind == PLAN_MOUNTS_MAX)
+		return fail(err, errlen, "--ro-bind given more than %d times", PLAN_MOUNTS_MAX);
+	if (check_path("--ro-bind", s, strlen(s), err, errlen))
+		return -1;
+	p->ro_bind[p->nro_bind++] = s;
+	return 0;
+}
+
 /* Options that take a value; the rest are flags. */
 enum opt {
 	O_REPORT_FD, O_PARENT_PID, O_NET, O_USERNS, O_UID, O_GID, O_RLIMIT, O_ENV, O_CHDIR,
+	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_KILL_UID,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_COUNT
 };
 
@@ -175,6 +233,10 @@ static const struct {
 	[O_RLIMIT] = { "--rlimit", 1, 1 },
 	[O_ENV] = { "--env", 1, 1 },
 	[O_CHDIR] = { "--chdir", 1, 0 },
+	[O_TMPFS] = { "--tmpfs", 1, 1 },
+	[O_RO_BIND] = { "--ro-bind", 1, 1 },
+	[O_WORK_TMPFS] = { "--work-tmpfs", 1, 0 },
+	[O_KILL_UID] = { "--kill-uid", 1, 0 },
 	[O_PIDNS] = { "--pidns", 0, 0 },
 	[O_NO_PIDNS] = { "--no-pidns", 0, 0 },
 	[O_SWEEP_UID] = { "--sweep-uid", 0, 0 },
@@ -238,6 +300,21 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 			return fail(err, errlen, "--chdir: empty directory");
 		p->chdir = v;
 		return 0;
+	case O_TMPFS:
+		return parse_tmpfs(p, v, err, errlen);
+	case O_RO_BIND:
+		return parse_ro_bind(p, v, err, errlen);
+	case O_WORK_TMPFS:
+		return number("--work-tmpfs", v, 1, TMPFS_MAX, &p->work_tmpfs, err, errlen);
+	case O_KILL_UID:
+		/* kill(-1) as uid 0 would kill the host; (uid_t)-1 is not a uid. */
+		if (strcmp(v, "0") == 0)
+			return fail(err, errlen, "--kill-uid: uid 0 is root: that would kill every process");
+		if (number("--kill-uid", v, 1, 4294967294ULL, &n, err, errlen))
+			return -1;
+		p->mode = PLAN_KILL_UID;
+		p->kill_uid = (uid_t)n;
+		return 0;
 	case O_PIDNS:
 		p->pidns = 1;
 		return 0;
@@ -254,6 +331,8 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 		p->mode = PLAN_PROBE;
 		return 0;
 	case O_HELP:
+		p->mode = PLAN_HELP;
+		return 0;
 	case O_COUNT:
 		break;
 	}
@@ -264,6 +343,8 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 {
 	int seen[O_COUNT] = { 0 };
 	int nopts = 0;
+	int alone = -1;         /* the first of --probe, --kill-uid, --help: takes nothing else */
+	int dashdash = 0;
 	int i;
 	size_t n;
 
@@ -292,6 +373,7 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		if (!a)
 			goto bad_null;
 		if (strcmp(a, "--") == 0) {
+			dashdash = 1;
 			i++;
 			break;
 		}
@@ -304,10 +386,6 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		if (o == O_COUNT) {
 			fail(err, errlen, "unknown option %.*s (see --help)", (int)(len > 64 ? 64 : len), a);
 			goto bad;
-		}
-		if (o == O_HELP) {
-			p->mode = PLAN_HELP;
-			return 0;
 		}
 		if (opts[o].has_value) {
 			if (a[len] == '=') {
@@ -328,6 +406,8 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		}
 		seen[o] = 1;
 		nopts++;
+		if (alone < 0 && (o == O_PROBE || o == O_KILL_UID || o == O_HELP))
+			alone = o;
 		if (apply_opt(p, (enum opt)o, v, err, errlen))
 			goto bad;
 	}
@@ -340,9 +420,10 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		fail(err, errlen, "--sweep-uid and --no-sweep-uid conflict");
 		goto bad;
 	}
-	if (p->mode == PLAN_PROBE) {
-		if (nopts != 1 || i < argc) {
-			fail(err, errlen, "--probe takes no other option and no PROGRAM");
+	/* --help does not win over a bad or conflicting option: every option was checked above. */
+	if (alone >= 0) {
+		if (nopts != 1 || dashdash || i < argc) {
+			fail(err, errlen, "%s takes no other option and no PROGRAM", opts[alone].name);
 			goto bad;
 		}
 		return 0;
@@ -352,6 +433,10 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		goto bad;
 	}
 	p->has_ids = seen[O_UID];
+	if (p->work_tmpfs && (!p->chdir || p->chdir[0] != '/')) {
+		fail(err, errlen, "--work-tmpfs needs an absolute --chdir (the directory it covers)");
+		goto bad;
+	}
 	if (i >= argc) {
 		fail(err, errlen, "no PROGRAM (usage: corral-launch [OPTIONS] -- PROGRAM [ARGS...])");
 		goto bad;

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-enum plan_mode { PLAN_RUN, PLAN_PROBE, PLAN_HELP };
+enum plan_mode { PLAN_RUN, PLAN_PROBE, PLAN_HELP, PLAN_KILL_UID };
 enum plan_net { PLAN_NET_HOST, PLAN_NET_NEW, PLAN_NET_REQUIRE };
 enum plan_userns { PLAN_USERNS_AUTO, PLAN_USERNS_NEVER, PLAN_USERNS_ALWAYS };
 
@@ -23,6 +23,15 @@ enum plan_rlimit {
 	PLAN_RL_NOFILE,
 	PLAN_RL_NPROC,
 	PLAN_RL_COUNT
+};
+
+/* At most this many --tmpfs, and as many --ro-bind. */
+#define PLAN_MOUNTS_MAX 16
+
+struct plan_tmpfs {
+	const char *path;           /* into argv: the PATH of PATH=SIZE, NOT NUL-terminated */
+	size_t path_len;            /* 2..PATH_MAX-1 */
+	unsigned long long size;    /* bytes, >= 1 */
 };
 
 struct plan_limit {
@@ -43,6 +52,12 @@ struct plan {
 	int sweep_uid;              /* kill(-1) as the uid after the run (subreaper mode) */
 	struct plan_limit rlimit[PLAN_RL_COUNT];
 	const char *chdir;          /* NULL: stay */
+	struct plan_tmpfs tmpfs[PLAN_MOUNTS_MAX];   /* --tmpfs, in order */
+	size_t ntmpfs;
+	const char *ro_bind[PLAN_MOUNTS_MAX];       /* --ro-bind, absolute, in order */
+	size_t nro_bind;
+	unsigned long long work_tmpfs;              /* --work-tmpfs bytes; 0: none */
+	uid_t kill_uid;             /* PLAN_KILL_UID: the uid to sweep (never 0) */
 	char **env;                 /* NULL-terminated, exactly the --env values */
 	size_t nenv;
 	const char *program;        /* used as given, no PATH search */

@@ -221,6 +221,7 @@ static const char *const steps[W_COUNT] = {
 	[W_NETNS] = "no-network",
 	[W_PIDNS] = "pid-namespace",
 	[W_IDMAP] = "user-namespace",
+	[W_IDMAP_ROOT] = "user-namespace",
 	[W_SUBREAPER] = "subreaper",
 	[W_PIPE] = "pipe",
 	[W_FORK] = "fork",
@@ -228,10 +229,13 @@ static const char *const steps[W_COUNT] = {
 	[W_SETGROUPS] = "uid",
 	[W_SETGID] = "uid",
 	[W_SETUID] = "uid",
+	[W_IDS_USERNS] = "uid",
 	[W_NO_NEW_PRIVS] = "no-new-privs",
 	[W_CHDIR] = "chdir",
 	[W_FDS] = "closed-fds",
 	[W_EXEC] = "exec",
+	[W_ROBIND] = "ro-bind",
+	[W_KILL_UID] = "kill-uid",
 };
 
 const char *what_step(enum what w)
@@ -296,6 +300,15 @@ const char *explain(enum what w, int err)
 	case W_IDMAP:
 		return "writing /proc/self/setgroups, uid_map or gid_map of the new user namespace "
 		       "failed; is /proc mounted?";
+	case W_IDMAP_ROOT:
+		return "the launcher runs as root without CAP_SYS_ADMIN, so it made a user namespace, "
+		       "but could not map --uid/--gid into it: writing the uid_map and gid_map lines "
+		       "'0 0 1' and 'U U 1' needs CAP_SETUID, CAP_SETGID and CAP_SETFCAP; grant them, "
+		       "or CAP_SYS_ADMIN";
+	case W_IDS_USERNS:
+		return "the program runs in a user namespace made without root, which maps only the "
+		       "launcher's own uid and gid and denies setgroups: --uid/--gid need the launcher "
+		       "to run as root";
 	case W_SESSION:
 		if (err == EPERM)
 			return "the launcher is already a process-group leader (started by a shell with "
@@ -385,6 +398,26 @@ const char *explain(enum what w, int err)
 		case EISDIR:
 			return "PROGRAM is a directory";
 		}
+		break;
+	case W_ROBIND:
+		if (err == ENOENT)
+			return "the --ro-bind directory does not exist; the program cannot run without it";
+		if (err == ENOTDIR)
+			return "--ro-bind names something that is not a directory";
+		if (err == EPERM || err == EACCES)
+			return "bind-mounting it back read-only over the tmpfs was refused; the program "
+			       "would run without it, so nothing runs";
+		return "cannot mount it back over the tmpfs; the program would run without it, so "
+		       "nothing runs";
+	case W_KILL_UID:
+		if (err == EPERM || err == EINVAL)
+			return "the helper could not take the uid (setresgid/setresuid): needs root with "
+			       "CAP_SETUID and CAP_SETGID";
+		if (err == ETIMEDOUT)
+			return "the helper that takes the uid was killed or stopped every time, by "
+			       "processes of that uid; retry, or use another uid";
+		if (err == EAGAIN)
+			return "cannot fork the helper: a process limit was reached";
 		break;
 	case W_RLIMIT:
 	case W_COUNT:

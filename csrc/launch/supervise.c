@@ -1,9 +1,10 @@
 /* supervise.c: run the program and make sure nothing outlives it.
  *
- * With a PID namespace, A forks the init B (pid 1 inside); B forks C, reaps everything, and when
- * C is reaped reports status and usage, hands C's outcome to A over a pipe and exits: the kernel
- * then kills the rest of the namespace. Without one, A is a subreaper, forks C itself, and after
- * C is reaped kills every remaining descendant (and, with --uid, every process of that uid).
+ * With a PID namespace, A forks the init B (pid 1 inside); B makes its mounts (mounts.c), forks
+ * C, reaps everything, and when C is reaped reports status and usage, hands C's outcome to A over
+ * a pipe and exits: the kernel then kills the rest of the namespace. Without one, A is a
+ * subreaper, forks C itself, and after C is reaped kills every remaining descendant (and, with
+ * --uid, every process of that uid): sweep.c.
  *
  * A blocks SIGTERM SIGINT SIGHUP SIGCHLD and reads them from a signalfd in a poll() loop, so no
  * wakeup is lost and every wait can be cut short. One of the first three ends the run: without a
@@ -17,7 +18,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,7 +27,6 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ---- signals ---- */
@@ -268,10 +267,11 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	struct outcome o = { OUTCOME_EXIT, EXIT_SETUP };
 	ssize_t n;
 
+	/* Like A: no process of our uid may ptrace us or take our fds (the report fd). */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
 		_exit(EXIT_SETUP);
-	ns_private_proc();
-	if (prog_start(L, &c) == 0) {
+	if (mounts_apply(L) == 0 && prog_start(L, &c) == 0) {
 		null_stdio();
 		while (c.errfd >= 0)
 			prog_read(&c);
@@ -283,14 +283,6 @@ static NORETURN void init_main(struct launch *L, int outfd)
 		n = write(outfd, &o, sizeof o);
 	while (n < 0 && errno == EINTR);
 	_exit(0);       /* the kernel kills what is left in the namespace */
-}
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* How long B may take to kill and reap the namespace after SIGTERM before A sends SIGKILL. */
@@ -391,155 +383,7 @@ setup_failed:
 	out->value = EXIT_SETUP;
 }
 
-/* ---- no PID namespace: subreaper and sweeps ---- */
-
-/* State letter of /proc/PID/stat ("pid (comm) S ppid ..."; comm may hold spaces and parens);
- * ppid through *ppid. '?' when unreadable. */
-static char proc_state(long pid, long *ppid)
-{
-	char path[64], buf[512];
-	const char *p;
-	char state = '?';
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return '?';
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return '?';
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	if (p && sscanf(p + 1, " %c %ld", &state, ppid) != 2)
-		state = '?';
-	return state;
-}
-
-/* SIGKILL a child unless it is already dead; 1 if it was alive (or unknown). */
-static int kill_if_alive(long pid)
-{
-	long ppid;
-	char st = proc_state(pid, &ppid);
-
-	if (st == 'Z' || st == 'X')
-		return 0;
-	kill((pid_t)pid, SIGKILL);
-	return 1;
-}
-
-/* Kill every live child listed in /proc/self/task/PID/children; the number of live ones, or -1
- * when the file cannot be read. */
-static int kill_children_proc(void)
-{
-	char path[64], buf[4096];
-	int fd, live = 0;
-	long pid = 0;
-	int in_num = 0;
-	ssize_t n, i;
-
-	snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	while ((n = read(fd, buf, sizeof buf)) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		for (i = 0; i < n; i++) {
-			/* A number may continue into the next chunk: only a separator ends it. */
-			if (buf[i] >= '0' && buf[i] <= '9') {
-				pid = pid * 10 + (buf[i] - '0');
-				in_num = 1;
-			} else if (in_num) {
-				live += kill_if_alive(pid);
-				pid = 0;
-				in_num = 0;
-			}
-		}
-	}
-	if (in_num)
-		live += kill_if_alive(pid);
-	close(fd);
-	return live;
-}
-
-/* Fallback without CONFIG_PROC_CHILDREN: every /proc/PID/stat whose ppid is ours. */
-static int kill_children_scan(void)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	pid_t self = getpid();
-	int live = 0;
-
-	if (!d)
-		return 0;
-	while ((e = readdir(d)) != NULL) {
-		long ppid = 0, pid;
-		char *end, st;
-
-		if (e->d_name[0] < '1' || e->d_name[0] > '9')
-			continue;
-		pid = strtol(e->d_name, &end, 10);
-		if (*end || pid <= 0)
-			continue;
-		st = proc_state(pid, &ppid);
-		if (st == '?' || ppid != self || st == 'Z' || st == 'X')
-			continue;
-		kill((pid_t)pid, SIGKILL);
-		live++;
-	}
-	closedir(d);
-	return live;
-}
-
-/* As the run's uid, kill(-1, SIGKILL): every process of that uid, atomically against forks (a
- * fork bomb cannot outrun it). The helper drops all capabilities with setresuid. */
-static void sweep_uid(uid_t uid)
-{
-	pid_t h = fork();
-	int st;
-
-	if (h == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		if (setresuid(uid, uid, uid) != 0)
-			_exit(1);
-		kill(-1, SIGKILL);
-		_exit(0);
-	}
-	if (h > 0)
-		while (waitpid(h, &st, 0) < 0 && errno == EINTR)
-			;
-}
-
-/* Kill and reap every descendant (orphans are re-parented to us, the subreaper) until none is
- * left; records C's status if it is reaped here. Nothing is reaped while a child is alive: a
- * zombie still counts against RLIMIT_NPROC, so a fork bomb cannot refill the slots we free, and
- * the children of each killed process come to us, to be killed in the next round. */
-static void sweep_tree(struct prog *c)
-{
-	static const struct timespec pause = { 0, 200000 };     /* 0.2 ms */
-
-	for (;;) {
-		int live = kill_children_proc(), r;
-
-		if (live < 0)
-			live = kill_children_scan();
-		if (live > 0) {
-			nanosleep(&pause, NULL);        /* let the killed ones die */
-			continue;
-		}
-		while ((r = reap_one(c)) > 0)
-			;
-		if (r < 0)
-			break;          /* ECHILD: nothing left */
-		nanosleep(&pause, NULL);
-	}
-}
+/* ---- no PID namespace: a subreaper ---- */
 
 static void run_subreaper(struct launch *L, struct outcome *out)
 {
@@ -574,9 +418,7 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 			;
 	}
 	/* C has ended, or the run is being ended: nothing else may survive it. */
-	if (p->has_ids && p->sweep_uid)
-		sweep_uid(p->uid);
-	sweep_tree(&c);
+	sweep_tree(p, L->sigfd, c.pid, &c.reaped, &c.wstatus);
 	while (c.errfd >= 0)
 		prog_read(&c);  /* every writer is dead: does not block */
 	prog_finish(&c, out);

@@ -147,7 +147,15 @@ function M.take_uid(first, last)
     if not uids_in_use[uid] then
       local lock = core.lock(dir .. "/uid-" .. uid)
       if lock then
-        uids_in_use[uid] = lock
+        -- uid-N.running exists while a run holds the uid; finding it left by a controller that
+        -- died mid-run, end whatever that run left running under the uid (its processes would
+        -- share RLIMIT_NPROC and signals with ours) before handing the uid out again
+        local marker = dir .. "/uid-" .. uid .. ".running"
+        if not core.write_file(marker, "", 384) then
+          local launcher = paths.launcher()
+          if launcher then os.execute(shell_quote(launcher) .. " --kill-uid " .. uid .. " >/dev/null 2>&1") end
+        end
+        uids_in_use[uid] = { lock = lock, marker = marker }
         return uid
       end
     end
@@ -157,10 +165,11 @@ end
 
 --- Give a uid back (after the run's last process is gone).
 function M.release_uid(uid)
-  local lock = uids_in_use[uid]
-  if lock then
+  local held = uids_in_use[uid]
+  if held then
     uids_in_use[uid] = nil
-    lock:close()
+    os.remove(held.marker)
+    held.lock:close()
   end
 end
 

@@ -15,7 +15,9 @@
 -- `result.clamped`; false: refuse the run naming the option), `python_path` (where an interpreter
 -- name is looked up), `python_args`, `env` (the sandbox's environment before HOME/TMPDIR),
 -- `network` ("new" or "host"), `pid_namespace`, `user_namespace` ("auto", "never", "always"), `uid_range` ({first, last}, used when the
--- controller is root), `tmp_dir`, `kill_on_overflow`, `grace`, `tail_bytes`.
+-- controller is root), `tmp_dir`, `tmpfs` (path → MiB: fresh scratch mounts, with a PID
+-- namespace), `work_mb` (the work dir as a tmpfs of this size), `kill_on_overflow`, `grace`,
+-- `tail_bytes`, `code_name`.
 --
 -- Methods a policy may override, each called with the policy as `self`:
 -- `prepare(opts, host)` → opts (defaults, maxima, checks against the host; raise for a bad request,
@@ -117,6 +119,16 @@ function Policy:check()
   if type(self.code_name) ~= "string" or not self.code_name:match("^[%w_%.%-]+$") then
     fail(self, "code_name", "must be a file name")
   end
+  if self.tmpfs ~= nil then
+    check_kind(self, "tmpfs", self.tmpfs, "table")
+    for path, mb in pairs(self.tmpfs) do
+      if type(path) ~= "string" or path:sub(1, 1) ~= "/" then fail(self, "tmpfs", "keys must be absolute paths") end
+      if type(mb) ~= "number" or mb < 1 or mb > 1048576 then fail(self, "tmpfs", "sizes must be MiB in 1..1048576") end
+    end
+  end
+  if self.work_mb and (type(self.work_mb) ~= "number" or self.work_mb < 1 or self.work_mb > 1048576) then
+    fail(self, "work_mb", "must be MiB in 1..1048576, or false for a work dir on the host")
+  end
   for _, k in ipairs({ "grace", "tail_bytes" }) do
     if type(self[k]) ~= "number" or self[k] < 0 then fail(self, k, "must be a number >= 0") end
   end
@@ -199,13 +211,23 @@ end
 
 --- The launcher's argument vector for one run.
 function Policy:launch_args(opts, run, host)
+  local function int(n) return string.format("%d", math.floor(n)) end
   local a = { "--report-fd", "3", "--parent-pid", tostring(core.getpid()) }
   local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
   if self.network == "new" then add("--net", opts.require_network_isolation and "require" or "new") end
   add(self.pid_namespace and "--pidns" or "--no-pidns")
   if self.user_namespace then add("--userns", self.user_namespace) end
   if run.uid then add("--uid", tostring(run.uid), "--gid", tostring(run.gid)) end
-  local function int(n) return string.format("%d", math.floor(n)) end
+  if self.pid_namespace then
+    -- fresh, size-bounded scratch mounts and an in-memory work dir, private to the run; the
+    -- code dir (under the host's /tmp, hidden by a /tmp tmpfs) is bound back read-only
+    local paths_ = {}
+    for path in pairs(self.tmpfs or {}) do paths_[#paths_ + 1] = path end
+    table.sort(paths_)
+    for _, path in ipairs(paths_) do add("--tmpfs", path .. "=" .. int(self.tmpfs[path] * 1048576)) end
+    if #paths_ > 0 then add("--ro-bind", run.code_dir) end
+    if self.work_mb then add("--work-tmpfs", int(self.work_mb * 1048576)) end
+  end
   add("--rlimit", "cpu=" .. int(opts.cpu_seconds))
   add("--rlimit", "as=" .. int(opts.memory_mb * 1048576))
   add("--rlimit", "fsize=" .. int(opts.file_mb * 1048576))
@@ -255,7 +277,8 @@ local LIMIT_NAMES = {
 }
 local EXTRA_NAMES = {
   { "session", "session" }, { "die-with-parent", "die-with-parent" },
-  { "pid-namespace", "pid-namespace" }, { "private-proc", "private-proc" }, { "subreaper", "subreaper" },
+  { "pid-namespace", "pid-namespace" }, { "private-proc", "private-proc" },
+  { "private-tmp", "private-tmp" }, { "work-tmpfs", "work-tmpfs" }, { "subreaper", "subreaper" },
   { "user-namespace", "user-namespace" }, { "uid", "run-uid" }, { "no-new-privs", "no-new-privs" },
   { "closed-fds", "closed-fds" },
 }

@@ -1,0 +1,283 @@
+/* mounts.c: the init B's mount namespace, which comes with the PID namespace.
+ *
+ * mounts_apply() is the flat list of B's mount steps, before B forks the program:
+ *   1. make every mount private, so nothing below propagates back to the host (refused: none of
+ *      the steps below is taken, the program sees the host's /proc and /tmp);
+ *   2. a fresh /proc for this PID namespace;
+ *   3. open each --ro-bind directory (O_PATH), while the host's tree is still in sight;
+ *   4. a fresh tmpfs at each --tmpfs PATH: mode 1777, nosuid, nodev, size-limited;
+ *   5. when one of them was mounted, each --ro-bind directory mounted back at its path,
+ *      read-only, from its O_PATH fd (a tmpfs on /tmp would hide the run's code dir);
+ *   6. with --work-tmpfs, a tmpfs on --chdir, mode 0700, owned by the program's ids.
+ * Refusals are reported and the run goes on; a failed --ro-bind is fatal, because the program
+ * would run without its code.
+ *
+ * Each tmpfs is also given nr_inodes = BYTES / 1024 (at least 1024): inodes cost kernel memory
+ * that the size does not count. Everything mounted here goes away with the namespace.
+ */
+#include "launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+/* "refused NAME ERRNO what: why" */
+static void refuse(const char *name, int err, const char *what, const char *why)
+{
+	struct line l;
+
+	line_start(&l, "refused ");
+	line_add(&l, name);
+	line_add(&l, " ");
+	line_errname(&l, err);
+	line_add(&l, " ");
+	if (what) {
+		line_add(&l, what);
+		line_add(&l, ": ");
+	}
+	line_add(&l, why);
+	line_send(&l, report_get_fd());
+}
+
+void mounts_refuse(const struct plan *p, int err, const char *why)
+{
+	if (p->ntmpfs)
+		refuse("private-tmp", err, why, "the program shares the host's directories");
+	if (p->work_tmpfs)
+		refuse("work-tmpfs", err, why, "the program works in the host's --chdir directory");
+}
+
+/* The path of --tmpfs i, NUL-terminated (plan.c checked its length). */
+static const char *tmpfs_path(const struct plan *p, size_t i, char *buf)
+{
+	memcpy(buf, p->tmpfs[i].path, p->tmpfs[i].path_len);
+	buf[p->tmpfs[i].path_len] = '\0';
+	return buf;
+}
+
+/* mkdir -p, mode 0755 whatever the umask, for what does not exist yet. Used only where nothing
+ * but B can have written: inside a tmpfs mounted here, or along a path the host made. */
+static int mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(path), i;
+
+	if (len >= sizeof buf) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(buf, path, len + 1);
+	for (i = 1; i <= len; i++) {
+		if (buf[i] != '/' && buf[i] != '\0')
+			continue;
+		buf[i] = '\0';
+		if (mkdir(buf, 0755) == 0) {
+			if (chmod(buf, 0755) != 0)
+				return -1;
+		} else if (errno != EEXIST) {
+			return -1;
+		}
+		buf[i] = path[i];
+	}
+	return 0;
+}
+
+static unsigned long long inodes_for(unsigned long long size)
+{
+	return size / 1024 < 1024 ? 1024 : size / 1024;
+}
+
+/* ---- steps ---- */
+
+/* 1. */
+static int step_private(void)
+{
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0)
+		return 0;
+	return -1;
+}
+
+/* 2. The controller's /proc/PID/environ and the host's process list go out of sight. */
+static void step_proc(void)
+{
+	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0)
+		report_applied("private-proc");
+	else
+		report_refused("private-proc", errno,
+			       errno == EPERM ? "mounting proc was refused (in a container, masked /proc paths forbid it); the program sees the host's /proc"
+					      : "cannot mount proc; the program sees the host's /proc");
+}
+
+/* 3. fds[i] for --ro-bind i; fatal when one cannot be opened. */
+static int step_open_ro_binds(const struct plan *p, int *fds)
+{
+	size_t i;
+
+	for (i = 0; i < p->nro_bind; i++) {
+		fds[i] = open(p->ro_bind[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (fds[i] < 0) {
+			report_fatal(W_ROBIND, errno, p->ro_bind[i]);
+			while (i > 0)
+				close(fds[--i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static const char *tmpfs_why(int err)
+{
+	switch (err) {
+	case ENOENT:
+		return "the mount point does not exist (a --tmpfs PATH must exist)";
+	case ENOTDIR:
+		return "the mount point is not a directory";
+	case EPERM:
+		return "mounting a tmpfs was refused (no CAP_SYS_ADMIN over this mount namespace?)";
+	case EINVAL:
+		return "the kernel rejected the tmpfs options";
+	case ENOMEM:
+		return "out of memory";
+	}
+	return "mount failed";
+}
+
+/* 4. The number of tmpfs mounted; "applied private-tmp" when every one was. */
+static size_t step_tmpfs(const struct plan *p)
+{
+	char path[PATH_MAX], opts[128];
+	size_t i, mounted = 0;
+	int err = 0;
+	struct line l;
+
+	for (i = 0; i < p->ntmpfs; i++) {
+		tmpfs_path(p, i, path);
+		snprintf(opts, sizeof opts, "mode=1777,size=%llu,nr_inodes=%llu", p->tmpfs[i].size,
+			 inodes_for(p->tmpfs[i].size));
+		if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) == 0) {
+			mounted++;
+			continue;
+		}
+		if (err)
+			continue;       /* the first refusal is reported */
+		err = errno;
+		line_start(&l, "refused private-tmp ");
+		line_errname(&l, err);
+		line_add(&l, " ");
+		line_add(&l, path);
+		line_add(&l, ": ");
+		line_add(&l, tmpfs_why(err));
+		line_add(&l, "; the program shares the host's ");
+		line_add(&l, path);
+		line_send(&l, report_get_fd());
+	}
+	if (p->ntmpfs && !err)
+		report_applied("private-tmp");
+	return mounted;
+}
+
+/* The flags a read-only remount of the bind mount at path must keep: in a user namespace, the
+ * flags of a mount inherited from the host are locked (noexec, the atime mode...), and a remount
+ * that would clear one is refused with EPERM. */
+static unsigned long locked_flags(const char *path)
+{
+	struct statvfs sv;
+	unsigned long f = 0;
+
+	if (statvfs(path, &sv) != 0)
+		return 0;
+	if (sv.f_flag & ST_NOEXEC)
+		f |= MS_NOEXEC;
+	if (sv.f_flag & ST_NOATIME)
+		f |= MS_NOATIME;
+	if (sv.f_flag & ST_NODIRATIME)
+		f |= MS_NODIRATIME;
+	if (sv.f_flag & ST_RELATIME)
+		f |= MS_RELATIME;
+	if (!(sv.f_flag & (ST_NOATIME | ST_RELATIME)))
+		f |= MS_STRICTATIME;
+	return f;
+}
+
+/* 5. Each --ro-bind directory back at its path, read-only, from its fd. */
+static int step_ro_binds(const struct plan *p, const int *fds)
+{
+	char src[64];
+	size_t i;
+
+	for (i = 0; i < p->nro_bind; i++) {
+		const char *path = p->ro_bind[i];
+
+		snprintf(src, sizeof src, "/proc/self/fd/%d", fds[i]);
+		if (mkdir_p(path) != 0 ||
+		    mount(src, path, NULL, MS_BIND | MS_REC, NULL) != 0 ||
+		    mount(NULL, path, NULL,
+			  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | locked_flags(path),
+			  NULL) != 0) {
+			report_fatal(W_ROBIND, errno, path);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* 6. The program's work dir in memory: private to the run, bounded, gone with it. */
+static void step_work_tmpfs(const struct launch *L)
+{
+	const struct plan *p = L->plan;
+	char opts[160];
+	unsigned uid = (unsigned)(p->has_ids ? p->uid : L->euid);
+	unsigned gid = (unsigned)(p->has_ids ? p->gid : L->egid);
+
+	if (!p->work_tmpfs)
+		return;
+	snprintf(opts, sizeof opts, "mode=0700,uid=%u,gid=%u,size=%llu,nr_inodes=%llu", uid, gid,
+		 p->work_tmpfs, inodes_for(p->work_tmpfs));
+	if (mkdir_p(p->chdir) != 0) {
+		refuse("work-tmpfs", errno, "cannot make the --chdir directory",
+		       "the program works in the host's --chdir directory");
+		return;
+	}
+	if (mount("tmpfs", p->chdir, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
+		int err = errno;
+
+		refuse("work-tmpfs", err, tmpfs_why(err),
+		       "the program works in the host's --chdir directory");
+		return;
+	}
+	report_applied("work-tmpfs");
+}
+
+int mounts_apply(const struct launch *L)
+{
+	const struct plan *p = L->plan;
+	int fds[PLAN_MOUNTS_MAX];
+	size_t i;
+	int r = 0;
+
+	if (step_private() != 0) {                              /* 1 */
+		int err = errno;
+
+		report_refused("private-proc", err,
+			       "cannot make the new mount namespace private; the program sees the host's /proc");
+		mounts_refuse(p, err, "cannot make the new mount namespace private (mounts would "
+			      "reach the host)");
+		return 0;
+	}
+	step_proc();                                            /* 2 */
+	if (step_open_ro_binds(p, fds) != 0)                    /* 3 */
+		return -1;
+	if (step_tmpfs(p) > 0)                                  /* 4 */
+		r = step_ro_binds(p, fds);                      /* 5 */
+	for (i = 0; i < p->nro_bind; i++)
+		close(fds[i]);
+	if (r == 0)
+		step_work_tmpfs(L);                             /* 6 */
+	return r;
+}
