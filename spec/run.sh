@@ -58,5 +58,12 @@ if command -v valgrind >/dev/null 2>&1; then
   fi
 fi
 
+echo "== AddressSanitizer + UBSan: host module and launcher"
+if make -s asan > "$log/asan.log" 2>&1; then
+  passed=$((passed + 1)); echo "ok - asan: zero errors"
+else
+  failed=$((failed + 1)); cat "$log/asan.log"; echo "not ok - asan reported errors"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,6 +1,6 @@
 -- Driven under valgrind by spec/valgrind.sh: the host module through a few kinds of run.
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "csrc/?.so;" .. package.cpath
+package.cpath = (os.getenv("CORRAL_CPATH") or "csrc/?.so") .. ";" .. package.cpath
 local corral = require "corral"
 local function check(cond, what) if not cond then io.stderr:write("failed: " .. what .. "\n") os.exit(1) end end
 local r = corral.run_python("print('hi')")

@@ -13,6 +13,14 @@
  * Until waitpid() says ECHILD (nothing is left), or for at most SWEEP_MS (a process stuck in the
  * kernel; it has SIGKILL pending and dies when it leaves).
  *
+ * The CPU: a dying process runs its exit in the kernel, where a kernel built without preemption
+ * (PREEMPT_NONE) does not interrupt it, and a deep tree of forked processes takes long to tear
+ * down: each SIGKILL of step 3 woke a process that could then hold A's CPU for a long time (a
+ * 1500-deep chain of Python processes: 0.8 to 1.4 s for the SIGKILLs alone; A cannot raise its
+ * own priority, and SCHED_IDLE victims did no better). So with two CPUs or more, A pins itself to
+ * the CPU it runs on and the walk moves every thread it stops to the other CPUs it may use:
+ * the SIGKILLs then take a few ms. They die on fewer CPUs, but none runs user code again.
+ *
  * Reaping at once is safe: a zombie holds a slot of RLIMIT_NPROC, but what a round reaps was
  * stopped before it was killed, so no process of the tree is running to refill the slot, except
  * one forked during the walk, which the next round catches.
@@ -29,6 +37,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -174,8 +183,9 @@ static void read_pids(int fd, struct pids *out)
 		add_or_kill(out, pid);
 }
 
-/* The children of every thread of pid, from /proc/PID/task/TID/children. */
-static void children_proc(pid_t pid, struct pids *out)
+/* The children of every thread of pid, from /proc/PID/task/TID/children; with away, each thread
+ * is moved to those CPUs. */
+static void children_proc(pid_t pid, struct pids *out, const cpu_set_t *away)
 {
 	char path[48], buf[2048];
 	int dfd;
@@ -197,6 +207,8 @@ static void children_proc(pid_t pid, struct pids *out)
 			off += d->d_reclen;
 			if (d->d_name[0] < '0' || d->d_name[0] > '9')
 				continue;
+			if (away)
+				sched_setaffinity((pid_t)atoi(d->d_name), sizeof *away, away);
 			snprintf(path, sizeof path, "%.20s/children", d->d_name);
 			fd = openat(dfd, path, O_RDONLY | O_CLOEXEC);
 			if (fd >= 0) {
@@ -300,17 +312,39 @@ static void children_index(const struct index *ix, pid_t pid, struct pids *out)
 		add_or_kill(out, ix->v[lo].pid);
 }
 
-static void children_of(pid_t pid, struct pids *out, const struct index *ix)
+static void children_of(pid_t pid, struct pids *out, const struct index *ix,
+			const cpu_set_t *away)
 {
-	if (ix)
-		children_index(ix, pid, out);
-	else
-		children_proc(pid, out);
+	if (!ix) {
+		children_proc(pid, out, away);
+		return;
+	}
+	if (away)
+		sched_setaffinity(pid, sizeof *away, away);     /* its main thread only */
+	children_index(ix, pid, out);
 }
 
-/* 1. SIGSTOP root and everything below it, breadth-first, each before its children are read;
- * appends them all to walk. */
-static void freeze(pid_t root, struct pids *walk, const struct index *ix)
+/* With two CPUs or more: pins us to the one we run on and fills away with the others we may
+ * use; NULL otherwise. */
+static const cpu_set_t *split_cpus(cpu_set_t *away)
+{
+	cpu_set_t here;
+	int cpu = sched_getcpu();
+
+	if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof *away, away) != 0 ||
+	    !CPU_ISSET(cpu, away) || CPU_COUNT(away) < 2)
+		return NULL;
+	CPU_CLR(cpu, away);
+	CPU_ZERO(&here);
+	CPU_SET(cpu, &here);
+	if (sched_setaffinity(0, sizeof here, &here) != 0)
+		return NULL;
+	return away;
+}
+
+/* 1. SIGSTOP root and everything below it, breadth-first, each before its children are read
+ * (and its threads moved away); appends them all to walk. */
+static void freeze(pid_t root, struct pids *walk, const struct index *ix, const cpu_set_t *away)
 {
 	size_t i = walk->n, j;
 
@@ -322,7 +356,7 @@ static void freeze(pid_t root, struct pids *walk, const struct index *ix)
 	for (; i < walk->n; i++) {
 		size_t from = walk->n;
 
-		children_of(walk->v[i], walk, ix);
+		children_of(walk->v[i], walk, ix, away);
 		for (j = from; j < walk->n; j++)
 			kill(walk->v[j], SIGSTOP);
 	}
@@ -386,7 +420,7 @@ static int any_child_alive(pid_t self, struct pids *tmp)
 	size_t i;
 
 	tmp->n = 0;
-	children_proc(self, tmp);
+	children_proc(self, tmp, NULL);
 	for (i = 0; i < tmp->n; i++) {
 		char path[48], buf[512];
 		const char *p;
@@ -420,6 +454,8 @@ void sweep_tree(const struct plan *p, int sigfd, pid_t prog, int *prog_reaped, i
 	pid_t self = getpid();
 	char path[64];
 	int use_index, uid_done = !(p->has_ids && p->sweep_uid);
+	cpu_set_t cpus;
+	const cpu_set_t *away = split_cpus(&cpus);
 
 	snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)self);
 	use_index = access(path, R_OK) != 0;
@@ -433,10 +469,10 @@ void sweep_tree(const struct plan *p, int sigfd, pid_t prog, int *prog_reaped, i
 		/* 1. what is new among our children, with everything below it */
 		mine.n = 0;
 		walk.n = 0;
-		children_of(self, &mine, ixp);
+		children_of(self, &mine, ixp, NULL);
 		for (i = 0; i < mine.n; i++)
 			if (!set_has(&killing, mine.v[i]))
-				freeze(mine.v[i], &walk, ixp);
+				freeze(mine.v[i], &walk, ixp, away);
 		/* 2. */
 		if (!uid_done) {
 			uid_kill(p->uid, p->gid, sigfd);
