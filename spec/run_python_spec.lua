@@ -219,7 +219,7 @@ except OSError as e:
       pending("no network isolation on this host")
       return
     end
-    local server = io.popen("exec python3 -c \"import socket,sys,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\nprint(s.getsockname()[1],flush=True)\ntime.sleep(5)\"", "r")
+    local server = io.popen("exec python3 -c \"import socket,sys,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\nprint(s.getsockname()[1],flush=True)\ntime.sleep(3)\"", "r")
     local port = tonumber(server:read("l"))
     local code = string.format([[
 import socket
@@ -321,28 +321,31 @@ print("planted")
 end)
 
 describe("a controller killed with SIGKILL", function()
-  it("leaves no sandboxed process behind", function()
-    local marker = "corral-orphan-marker-" .. core.getpid()
+  local INTERPRETERS = "ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'"
+
+  -- Start `lua` in a controller process of its own; return its pid once `n` sandboxed
+  -- interpreters run.
+  local function start_controller(lua, n)
     local script = os.tmpname()
     local f = assert(io.open(script, "w"))
-    f:write(string.format([[
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "csrc/?.so;" .. package.cpath
-require("corral").run_python("import os, time\nif os.fork() == 0:\n    os.setsid()\n# %s\ntime.sleep(100)", { timeout = 60 })
-]], marker))
+    f:write('package.path = "lua/?.lua;lua/?/init.lua;" .. package.path\n' ..
+            'package.cpath = "csrc/?.so;" .. package.cpath\n' .. lua)
     f:close()
-    local before = H.temp_dirs()
     local pid = tonumber((H.sh("lua5.4 " .. script .. " >/dev/null 2>&1 & echo $!")))
-    -- wait until the program runs: two interpreters (it and its setsid child) on main.py
-    assert.is_true(H.eventually(function()
-      return H.sh("ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'") == "2"
-    end, 5), "the sandboxed program did not start")
+    assert.is_true(H.eventually(function() return H.sh(INTERPRETERS) == tostring(n) end, 5),
+      "the sandboxed program did not start")
+    os.remove(script)
+    return pid
+  end
+
+  it("leaves no sandboxed process behind", function()
+    local before = H.temp_dirs()
+    local pid = start_controller([[require("corral").run_python(
+  "import os, time\nif os.fork() == 0:\n    os.setsid()\ntime.sleep(100)", { timeout = 60 })]], 2)
     core.kill(pid, 9)
     assert.is_true(H.eventually(function()
-      local left = H.sh("ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'")
-      return left == "0"
+      return H.sh(INTERPRETERS) == "0"
     end, 2), "sandboxed processes survived their controller")
-    os.remove(script)
     -- the dead controller could not remove its run directory: the next controller sweeps it
     local seen, left = {}, {}
     for _, d in ipairs(before) do seen[d] = true end
@@ -358,31 +361,18 @@ require("corral").run_python("import os, time\nif os.fork() == 0:\n    os.setsid
 
   it("leaves no survivor under a run uid for the next controller, even without a pid namespace", function()
     if not H.root then pending("run uids need root") return end
-    local script = os.tmpname()
-    local f = assert(io.open(script, "w"))
-    f:write([[
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "csrc/?.so;" .. package.cpath
+    local before = H.temp_dirs()
+    local pid = start_controller([[
 local pol = require("corral.policy").load("default"):extend { pid_namespace = false }
 require("corral").run_python("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(100)\ntime.sleep(100)",
-  { timeout = 60, policy = pol })
-]])
-    f:close()
-    local before = H.temp_dirs()
-    local pid = tonumber((H.sh("lua5.4 " .. script .. " >/dev/null 2>&1 & echo $!")))
-    assert.is_true(H.eventually(function()
-      return H.sh("ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'") == "2"
-    end, 5), "the sandboxed program did not start")
+  { timeout = 60, policy = pol })]], 2)
     core.kill(pid, 9)
     -- without a pid namespace the setsid escapee outlives its dead controller ...
-    assert.is_true(H.eventually(function()
-      return H.sh("ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'") == "1"
-    end, 2))
+    assert.is_true(H.eventually(function() return H.sh(INTERPRETERS) == "1" end, 2))
     -- ... until the next run that takes its uid ends it
     local r = run("print('next')")
     assert.are.equal("next\n", r.stdout)
-    assert.are.equal("0", H.sh("ps -e -o args= | grep -c '^[^ ]*python3 .*[m]ain.py'"))
-    os.remove(script)
+    assert.are.equal("0", H.sh(INTERPRETERS))
     local seen = {}
     for _, d in ipairs(before) do seen[d] = true end
     for _, d in ipairs(H.temp_dirs()) do if not seen[d] then core.rmtree(d) end end

@@ -93,6 +93,8 @@ void report_header(void);
 void report_applied(const char *name);
 void report_applied_num(const char *name, unsigned long long v);
 void report_refused(const char *name, int err, const char *msg);
+/* "refused NAME ERRNO what: why" (what may be NULL) */
+void report_refused_at(const char *name, int err, const char *what, const char *why);
 void report_fatal(enum what w, int err, const char *detail);   /* message from explain() */
 void report_pid(pid_t pid);
 void report_status(int wstatus);

@@ -27,23 +27,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-/* "refused NAME ERRNO what: why" */
-static void refuse(const char *name, int err, const char *what, const char *why)
-{
-	struct line l;
-
-	line_start(&l, "refused ");
-	line_add(&l, name);
-	line_add(&l, " ");
-	line_errname(&l, err);
-	line_add(&l, " ");
-	if (what) {
-		line_add(&l, what);
-		line_add(&l, ": ");
-	}
-	line_add(&l, why);
-	line_send(&l, report_get_fd());
-}
+#define refuse report_refused_at
 
 void mounts_refuse(const struct plan *p, int err, const char *why)
 {

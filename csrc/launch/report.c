@@ -118,7 +118,7 @@ void report_applied_num(const char *name, unsigned long long v)
 	line_send(&l, report_fd);
 }
 
-void report_refused(const char *name, int err, const char *msg)
+void report_refused_at(const char *name, int err, const char *what, const char *why)
 {
 	struct line l;
 
@@ -127,8 +127,17 @@ void report_refused(const char *name, int err, const char *msg)
 	line_add(&l, " ");
 	line_errname(&l, err);
 	line_add(&l, " ");
-	line_add(&l, msg);
+	if (what) {
+		line_add(&l, what);
+		line_add(&l, ": ");
+	}
+	line_add(&l, why);
 	line_send(&l, report_fd);
+}
+
+void report_refused(const char *name, int err, const char *msg)
+{
+	report_refused_at(name, err, NULL, msg);
 }
 
 void report_fatal(enum what w, int err, const char *detail)
