@@ -82,7 +82,7 @@ static unsigned long long inodes_for(unsigned long long size)
 /* 1. */
 static int step_private(void)
 {
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0)
+	if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) == 0)
 		return 0;
 	return -1;
 }
@@ -200,8 +200,8 @@ static int step_ro_binds(const struct plan *p, const int *fds)
 
 		snprintf(src, sizeof src, "/proc/self/fd/%d", fds[i]);
 		if (mkdir_p(path) != 0 ||
-		    mount(src, path, NULL, MS_BIND | MS_REC, NULL) != 0 ||
-		    mount(NULL, path, NULL,
+		    mount(src, path, "none", MS_BIND | MS_REC, NULL) != 0 ||
+		    mount("none", path, "none",
 			  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | locked_flags(path),
 			  NULL) != 0) {
 			report_fatal(W_ROBIND, errno, path);

@@ -1,6 +1,15 @@
 /* sweep.c: kill what a run leaves behind when there is no PID namespace; and --kill-uid.
  *
- * The tree: every descendant of the launcher A (orphans come to A, the subreaper). In rounds:
+ * The tree: every descendant of the launcher A (orphans come to A, the subreaper). First, when
+ * there is one, A stops its whole process group with one kill(0, SIGSTOP): every descendant that
+ * did not leave the group (a plain fork bomb) stops at once, atomically, instead of competing
+ * with A for the CPU during the walk (1000 busy processes leave A a thousandth of it: 7 s for
+ * the walk). A is in the group too, so the stop comes from a vfork()ed helper that moves to a
+ * group of its own and then sends A SIGCONT, which drops A's pending SIGSTOP: A, suspended by
+ * the vfork meanwhile, never stops. (A process of the tree that shares A's uid could kill the
+ * helper between its two calls and leave A stopped; it could as well stop A with kill(). With
+ * --uid the helper is root.) Only A's descendants can be in the group, A having made the
+ * session; when setsid was refused this is skipped. Then, in rounds:
  *   1. freeze: walk A's children that are not already being killed, breadth-first, sending each
  *      process SIGSTOP before reading its children (/proc/PID/task/TID/children, every thread):
  *      a stopped process cannot fork, so the walk catches up with a fork bomb and sees a tree that
@@ -10,8 +19,9 @@
  *   4. reap with waitpid(-1, WNOHANG) whatever has died, then wait for the next SIGCHLD on the
  *      signalfd (at most SWEEP_POLL_MS) and go back to 1: a process forked while its parent was
  *      being stopped comes to A when that parent dies, and is frozen and killed then.
- * Until waitpid() says ECHILD (nothing is left), or for at most SWEEP_MS (a process stuck in the
- * kernel; it has SIGKILL pending and dies when it leaves).
+ * Until waitpid() says ECHILD (nothing is left), or SWEEP_MS after the last round that found a
+ * process to kill: then everything left has SIGKILL pending, and one stuck in the kernel dies
+ * when it leaves it. A round that finds something always runs, however slow (a starved A).
  *
  * The CPU: a dying process runs its exit in the kernel, where a kernel built without preemption
  * (PREEMPT_NONE) does not interrupt it, and a deep tree of forked processes takes long to tear
@@ -19,7 +29,9 @@
  * 1500-deep chain of Python processes: 0.8 to 1.4 s for the SIGKILLs alone; A cannot raise its
  * own priority, and SCHED_IDLE victims did no better). So with two CPUs or more, A pins itself to
  * the CPU it runs on and the walk moves every thread it stops to the other CPUs it may use:
- * the SIGKILLs then take a few ms. They die on fewer CPUs, but none runs user code again.
+ * the SIGKILLs then take a few ms. They die on fewer CPUs, but none runs user code again, and
+ * A's CPU stays free for the host (given back all CPUs, the dying chain held both CPUs of a
+ * 2-CPU host for seconds).
  *
  * Reaping at once is safe: a zombie holds a slot of RLIMIT_NPROC, but what a round reaps was
  * stopped before it was killed, so no process of the tree is running to refill the slot, except
@@ -413,53 +425,43 @@ static int uid_kill(uid_t uid, gid_t gid, int sigfd)
 	return ETIMEDOUT;
 }
 
-#ifdef SWEEP_REAP_WHEN_ALL_DEAD
-/* Measurement variant: 1 when some child of ours is not a zombie yet. */
-static int any_child_alive(pid_t self, struct pids *tmp)
-{
-	size_t i;
-
-	tmp->n = 0;
-	children_proc(self, tmp, NULL);
-	for (i = 0; i < tmp->n; i++) {
-		char path[48], buf[512];
-		const char *p;
-		ssize_t n;
-		int fd;
-
-		snprintf(path, sizeof path, "/proc/%d/stat", (int)tmp->v[i]);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		n = read(fd, buf, sizeof buf - 1);
-		close(fd);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		p = strrchr(buf, ')');
-		if (p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X')
-			return 1;
-	}
-	return 0;
-}
-#endif
 
 /* ---- the tree ---- */
+
+/* SIGSTOP to our process group but us: see the top of the file. */
+static void stop_group(void)
+{
+	pid_t self = getpid(), h;
+	int st;
+
+	if (getsid(0) != self)
+		return;         /* not our session: the group may hold the caller's processes */
+	h = vfork();
+	if (h == 0) {
+		/* On our memory, until _exit: system calls only. */
+		if (setpgid(0, 0) == 0 && kill(-self, SIGSTOP) == 0)
+			kill(self, SIGCONT);
+		_exit(0);
+	}
+	if (h > 0)
+		while (waitpid(h, &st, 0) < 0 && errno == EINTR)
+			;
+}
 
 void sweep_tree(const struct plan *p, int sigfd, pid_t prog, int *prog_reaped, int *prog_status)
 {
 	struct pids killing = { 0 }, walk = { 0 }, mine = { 0 };
 	struct index ix = { 0 };
-	long long deadline = now_ms() + SWEEP_MS;
+	long long deadline = now_ms() + SWEEP_MS;     /* moved on by every round that kills */
 	pid_t self = getpid();
 	char path[64];
-	int use_index, uid_done = !(p->has_ids && p->sweep_uid);
+	int use_index, round, uid_done = !(p->has_ids && p->sweep_uid);
 	cpu_set_t cpus;
 	const cpu_set_t *away = split_cpus(&cpus);
 
 	snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)self);
 	use_index = access(path, R_OK) != 0;
-	for (;;) {
+	for (round = 0;; round++) {
 		const struct index *ixp = use_index ? index_build(&ix) : NULL;
 		long long left;
 		size_t i;
@@ -470,6 +472,8 @@ void sweep_tree(const struct plan *p, int sigfd, pid_t prog, int *prog_reaped, i
 		mine.n = 0;
 		walk.n = 0;
 		children_of(self, &mine, ixp, NULL);
+		if (round == 0 && mine.n > 0)
+			stop_group();
 		for (i = 0; i < mine.n; i++)
 			if (!set_has(&killing, mine.v[i]))
 				freeze(mine.v[i], &walk, ixp, away);
@@ -483,16 +487,9 @@ void sweep_tree(const struct plan *p, int sigfd, pid_t prog, int *prog_reaped, i
 			kill(walk.v[i], SIGKILL);
 			set_add(&killing, walk.v[i]);
 		}
+		if (walk.n > 0)
+			deadline = now_ms() + SWEEP_MS;
 		/* 4. */
-#ifdef SWEEP_REAP_WHEN_ALL_DEAD
-		if (any_child_alive(self, &mine)) {
-			left = deadline - now_ms();
-			if (left <= 0)
-				break;
-			wait_signal(sigfd, left < SWEEP_POLL_MS ? left : SWEEP_POLL_MS);
-			continue;
-		}
-#endif
 		while ((r = waitpid(-1, &st, WNOHANG)) > 0) {
 			if (r == prog && !*prog_reaped) {
 				*prog_reaped = 1;
