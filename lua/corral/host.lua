@@ -48,11 +48,9 @@ M.which = which
 -- `pid_namespace` (bool), `bwrap` (path or nil); or nil, message, code when the launcher is missing
 function M.probe()
   if cache.probe then return cache.probe end
-  local launcher, err = paths.launcher()
-  if not launcher then return nil, err, "ENOENT" end
-  if not core.access(launcher, "x") then
-    return nil, "ENOENT: " .. launcher .. " is not an executable; run `make`", "ENOENT"
-  end
+  local basics, err, code = M.basics()
+  if not basics then return nil, err, code end
+  local launcher = basics.launcher
   local f = io.popen(shell_quote(launcher) .. " --probe 2>&1", "r")
   local text = f and f:read("a") or ""
   if f then f:close() end
