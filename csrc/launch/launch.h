@@ -58,6 +58,9 @@ enum what {
 	W_EXEC,
 	W_ROBIND,
 	W_KILL_UID,
+	W_LANDLOCK,             /* landlock.c */
+	W_SECCOMP,              /* seccomp.c */
+	W_CGROUP,               /* budget.c */
 	W_COUNT
 };
 

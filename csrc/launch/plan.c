@@ -60,6 +60,29 @@ static const char help_text[] =
 	"  --work-tmpfs BYTES    with a PID namespace, a tmpfs of BYTES on the\n"
 	"                        --chdir directory (absolute), mode 0700, owned by\n"
 	"                        the program's uid and gid\n"
+	"  --landlock off|auto|require\n"
+	"                        Landlock for the program (default off); auto:\n"
+	"                        what the kernel offers, the rest reported as\n"
+	"                        refused; require: no Landlock is fatal\n"
+	"  --fs-ro PATH          repeatable (at most 64); read and execute\n"
+	"                        beneath PATH; everything not listed is denied\n"
+	"  --fs-rw PATH          repeatable (at most 64); full access beneath PATH\n"
+	"  --deny-tcp            no TCP bind or connect (Landlock ABI 4+)\n"
+	"  --scope               no abstract unix socket or signal outside the\n"
+	"                        run (Landlock ABI 6+)\n"
+	"  --seccomp off|auto|require\n"
+	"                        a seccomp filter for the program (default off)\n"
+	"  --deny-syscall NAME   repeatable (at most 256); NAME fails with EPERM\n"
+	"  --deny-sockets        socket() of every family but AF_UNIX fails with\n"
+	"                        EPERM\n"
+	"  --budget-cpu-ms N     the whole run (every process) may use N ms of CPU\n"
+	"  --budget-memory-kb N  the run's processes together may hold N KiB\n"
+	"  --budget-poll-ms N    how often the budgets are checked (1..1000,\n"
+	"                        default 10)\n"
+	"  --cgroup DIR          enforce the budgets with a cgroup made in the\n"
+	"                        delegated cgroup v2 directory DIR; polling when\n"
+	"                        that is refused\n"
+	"  --cgroup-require      no run cgroup is fatal\n"
 	"  --probe               print what this host allows, one line each\n"
 	"  --kill-uid U          kill every process of uid U (not 0) and exit;\n"
 	"                        root only\n"
@@ -212,10 +235,59 @@ static int parse_ro_bind(struct plan *p, const char *s, char *err, size_t errlen
 	return 0;
 }
 
+static int parse_mech(const char *opt, const char *v, enum plan_mech *out, char *err,
+		      size_t errlen)
+{
+	if (strcmp(v, "off") == 0)
+		*out = PLAN_MECH_OFF;
+	else if (strcmp(v, "auto") == 0)
+		*out = PLAN_MECH_AUTO;
+	else if (strcmp(v, "require") == 0)
+		*out = PLAN_MECH_REQUIRE;
+	else
+		return fail(err, errlen, "%s: '%s' is not off, auto or require", opt, v);
+	return 0;
+}
+
+/* --fs-ro, --fs-rw: absolute paths ("/" allowed: an operator may mean it). */
+static int parse_fs(const char *opt, const char *v, const char **list, size_t *n, char *err,
+		    size_t errlen)
+{
+	size_t len = strlen(v);
+
+	if (*n == PLAN_FS_MAX)
+		return fail(err, errlen, "%s given more than %d times", opt, PLAN_FS_MAX);
+	if (len == 0 || v[0] != '/')
+		return fail(err, errlen, "%s: '%.*s' is not an absolute path", opt,
+			    (int)(len > 64 ? 64 : len), v);
+	if (len >= PATH_MAX)
+		return fail(err, errlen, "%s: the path is longer than %d bytes", opt, PATH_MAX - 1);
+	list[(*n)++] = v;
+	return 0;
+}
+
+static int parse_syscall(struct plan *p, const char *v, char *err, size_t errlen)
+{
+	const char *c;
+
+	if (p->ndeny_syscall == PLAN_SYSCALLS_MAX)
+		return fail(err, errlen, "--deny-syscall given more than %d times", PLAN_SYSCALLS_MAX);
+	if (!*v || strlen(v) > 64)
+		return fail(err, errlen, "--deny-syscall: '%.64s' is not a system call name", v);
+	for (c = v; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+			return fail(err, errlen, "--deny-syscall: '%.64s' is not a system call name", v);
+	p->deny_syscall[p->ndeny_syscall++] = v;
+	return 0;
+}
+
 /* Options that take a value; the rest are flags. */
 enum opt {
 	O_REPORT_FD, O_PARENT_PID, O_NET, O_USERNS, O_UID, O_GID, O_RLIMIT, O_ENV, O_CHDIR,
 	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_KILL_UID,
+	O_LANDLOCK, O_FS_RO, O_FS_RW, O_SECCOMP, O_DENY_SYSCALL, O_BUDGET_CPU, O_BUDGET_MEM,
+	O_BUDGET_POLL, O_CGROUP,
+	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_CGROUP_REQUIRE,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_COUNT
 };
 
@@ -237,6 +309,19 @@ static const struct {
 	[O_RO_BIND] = { "--ro-bind", 1, 1 },
 	[O_WORK_TMPFS] = { "--work-tmpfs", 1, 0 },
 	[O_KILL_UID] = { "--kill-uid", 1, 0 },
+	[O_LANDLOCK] = { "--landlock", 1, 0 },
+	[O_FS_RO] = { "--fs-ro", 1, 1 },
+	[O_FS_RW] = { "--fs-rw", 1, 1 },
+	[O_SECCOMP] = { "--seccomp", 1, 0 },
+	[O_DENY_SYSCALL] = { "--deny-syscall", 1, 1 },
+	[O_BUDGET_CPU] = { "--budget-cpu-ms", 1, 0 },
+	[O_BUDGET_MEM] = { "--budget-memory-kb", 1, 0 },
+	[O_BUDGET_POLL] = { "--budget-poll-ms", 1, 0 },
+	[O_CGROUP] = { "--cgroup", 1, 0 },
+	[O_DENY_TCP] = { "--deny-tcp", 0, 0 },
+	[O_SCOPE] = { "--scope", 0, 0 },
+	[O_DENY_SOCKETS] = { "--deny-sockets", 0, 0 },
+	[O_CGROUP_REQUIRE] = { "--cgroup-require", 0, 0 },
 	[O_PIDNS] = { "--pidns", 0, 0 },
 	[O_NO_PIDNS] = { "--no-pidns", 0, 0 },
 	[O_SWEEP_UID] = { "--sweep-uid", 0, 0 },
@@ -315,6 +400,46 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 		p->mode = PLAN_KILL_UID;
 		p->kill_uid = (uid_t)n;
 		return 0;
+	case O_LANDLOCK:
+		return parse_mech("--landlock", v, &p->landlock, err, errlen);
+	case O_FS_RO:
+		return parse_fs("--fs-ro", v, p->fs_ro, &p->nfs_ro, err, errlen);
+	case O_FS_RW:
+		return parse_fs("--fs-rw", v, p->fs_rw, &p->nfs_rw, err, errlen);
+	case O_SECCOMP:
+		return parse_mech("--seccomp", v, &p->seccomp, err, errlen);
+	case O_DENY_SYSCALL:
+		return parse_syscall(p, v, err, errlen);
+	case O_BUDGET_CPU:
+		/* a week: far above any run, far below overflow in microseconds */
+		return number("--budget-cpu-ms", v, 1, 604800000ULL, &p->budget_cpu_ms, err, errlen);
+	case O_BUDGET_MEM:
+		return number("--budget-memory-kb", v, 1, 1ULL << 40, &p->budget_memory_kb, err,
+			      errlen);
+	case O_BUDGET_POLL:
+		if (number("--budget-poll-ms", v, 1, PLAN_POLL_MS_MAX, &n, err, errlen))
+			return -1;
+		p->budget_poll_ms = (unsigned)n;
+		return 0;
+	case O_CGROUP:
+		if (!*v || v[0] != '/')
+			return fail(err, errlen, "--cgroup: '%.64s' is not an absolute path", v);
+		if (strlen(v) >= PATH_MAX - 64)
+			return fail(err, errlen, "--cgroup: the path is too long");
+		p->cgroup = v;
+		return 0;
+	case O_DENY_TCP:
+		p->deny_tcp = 1;
+		return 0;
+	case O_SCOPE:
+		p->scope = 1;
+		return 0;
+	case O_DENY_SOCKETS:
+		p->deny_sockets = 1;
+		return 0;
+	case O_CGROUP_REQUIRE:
+		p->cgroup_require = 1;
+		return 0;
 	case O_PIDNS:
 		p->pidns = 1;
 		return 0;
@@ -351,6 +476,7 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	memset(p, 0, sizeof *p);
 	p->report_fd = -1;
 	p->sweep_uid = 1;
+	p->budget_poll_ms = PLAN_POLL_MS_DEFAULT;
 	if (err && errlen > 0)
 		err[0] = '\0';
 	if (argc < 1)
@@ -435,6 +561,19 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	p->has_ids = seen[O_UID];
 	if (p->work_tmpfs && (!p->chdir || p->chdir[0] != '/')) {
 		fail(err, errlen, "--work-tmpfs needs an absolute --chdir (the directory it covers)");
+		goto bad;
+	}
+	if (p->landlock == PLAN_MECH_OFF &&
+	    (seen[O_FS_RO] || seen[O_FS_RW] || p->deny_tcp || p->scope)) {
+		fail(err, errlen, "--fs-ro, --fs-rw, --deny-tcp and --scope need --landlock auto|require");
+		goto bad;
+	}
+	if (p->seccomp == PLAN_MECH_OFF && (seen[O_DENY_SYSCALL] || p->deny_sockets)) {
+		fail(err, errlen, "--deny-syscall and --deny-sockets need --seccomp auto|require");
+		goto bad;
+	}
+	if (p->cgroup_require && !p->cgroup) {
+		fail(err, errlen, "--cgroup-require needs --cgroup DIR");
 		goto bad;
 	}
 	if (i >= argc) {

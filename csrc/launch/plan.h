@@ -13,6 +13,9 @@
 enum plan_mode { PLAN_RUN, PLAN_PROBE, PLAN_HELP, PLAN_KILL_UID };
 enum plan_net { PLAN_NET_HOST, PLAN_NET_NEW, PLAN_NET_REQUIRE };
 enum plan_userns { PLAN_USERNS_AUTO, PLAN_USERNS_NEVER, PLAN_USERNS_ALWAYS };
+/* --landlock, --seccomp: off (default), auto (what the kernel offers; the rest is reported as
+ * refused and the run goes on), require (a refusal is fatal: nothing runs). */
+enum plan_mech { PLAN_MECH_OFF, PLAN_MECH_AUTO, PLAN_MECH_REQUIRE };
 
 /* In the order the program child applies and reports them. */
 enum plan_rlimit {
@@ -27,6 +30,13 @@ enum plan_rlimit {
 
 /* At most this many --tmpfs, and as many --ro-bind. */
 #define PLAN_MOUNTS_MAX 16
+/* At most this many --fs-ro, and as many --fs-rw. */
+#define PLAN_FS_MAX 64
+/* At most this many --deny-syscall. */
+#define PLAN_SYSCALLS_MAX 256
+/* --budget-poll-ms: default and range. */
+#define PLAN_POLL_MS_DEFAULT 10
+#define PLAN_POLL_MS_MAX 1000
 
 struct plan_tmpfs {
 	const char *path;           /* into argv: the PATH of PATH=SIZE, NOT NUL-terminated */
@@ -57,6 +67,25 @@ struct plan {
 	const char *ro_bind[PLAN_MOUNTS_MAX];       /* --ro-bind, absolute, in order */
 	size_t nro_bind;
 	unsigned long long work_tmpfs;              /* --work-tmpfs bytes; 0: none */
+	/* Landlock (landlock.c), applied by C after no_new_privs. */
+	enum plan_mech landlock;
+	const char *fs_ro[PLAN_FS_MAX];             /* --fs-ro: read and execute beneath */
+	size_t nfs_ro;
+	const char *fs_rw[PLAN_FS_MAX];             /* --fs-rw: everything beneath */
+	size_t nfs_rw;
+	int deny_tcp;               /* --deny-tcp: Landlock ABI 4+, no TCP bind or connect */
+	int scope;                  /* --scope: Landlock ABI 6+, abstract unix sockets, signals */
+	/* seccomp (seccomp.c), applied by C last before execve. */
+	enum plan_mech seccomp;
+	const char *deny_syscall[PLAN_SYSCALLS_MAX];  /* names, [a-z0-9_], answered EPERM */
+	size_t ndeny_syscall;
+	int deny_sockets;           /* --deny-sockets: socket() of any family but AF_UNIX: EPERM */
+	/* Whole-run budgets (budget.c), enforced by the supervisor; 0: none. */
+	unsigned long long budget_cpu_ms;       /* CPU time of every process of the run */
+	unsigned long long budget_memory_kb;    /* resident memory of the run's processes, summed */
+	unsigned budget_poll_ms;                /* polling interval, 1..PLAN_POLL_MS_MAX */
+	const char *cgroup;         /* --cgroup DIR: a delegated cgroup v2 directory, or NULL */
+	int cgroup_require;         /* --cgroup-require: no run cgroup is fatal */
 	uid_t kill_uid;             /* PLAN_KILL_UID: the uid to sweep (never 0) */
 	char **env;                 /* NULL-terminated, exactly the --env values */
 	size_t nenv;

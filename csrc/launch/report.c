@@ -245,6 +245,9 @@ static const char *const steps[W_COUNT] = {
 	[W_EXEC] = "exec",
 	[W_ROBIND] = "ro-bind",
 	[W_KILL_UID] = "kill-uid",
+	[W_LANDLOCK] = "filesystem",
+	[W_SECCOMP] = "seccomp",
+	[W_CGROUP] = "cgroup",
 };
 
 const char *what_step(enum what w)
@@ -428,6 +431,9 @@ const char *explain(enum what w, int err)
 		if (err == EAGAIN)
 			return "cannot fork the helper: a process limit was reached";
 		break;
+	case W_LANDLOCK:
+	case W_SECCOMP:
+	case W_CGROUP:
 	case W_RLIMIT:
 	case W_COUNT:
 		break;
