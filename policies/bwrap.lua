@@ -18,38 +18,12 @@ local P = policy.load("default"):extend {
   python_args = { "-I", "-u" },
   network = "host",       -- bwrap --unshare-all makes the network namespace
   wrapper_isolates_network = true,
+  -- bwrap makes its own namespaces and mounts, which Landlock and the seccomp deny list forbid
+  -- to everything under them; it has its own read-only root
+  filesystem = "off",
+  seccomp = "off",
   bwrap_path = "/usr/bin:/bin:/usr/local/bin",
 }
-
---- Directories the interpreter reads: its prefixes, its executable and every shared object it
--- maps, asked of the interpreter once per process.
-local roots_cache = {}
-local function interpreter_roots(python)
-  if roots_cache[python] then return roots_cache[python] end
-  local script = "import sys, os\n" ..
-    "print(os.path.realpath(sys.executable))\n" ..
-    "for p in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix): print(p)\n" ..
-    "for line in open('/proc/self/maps'):\n" ..
-    "    f = line.split()\n" ..
-    "    if len(f) >= 6 and f[5].startswith('/'): print(f[5])\n"
-  local f = io.popen("'" .. python:gsub("'", "'\\''") .. "' -I -c \"" .. script:gsub('"', '\\"') .. "\" 2>/dev/null")
-  local text = f and f:read("a") or ""
-  if f then f:close() end
-  local roots, seen = {}, {}
-  for path in text:gmatch("[^\n]+") do
-    -- bind the first component below / (or /opt/x, /home/x/...) holding the file
-    local top = path:match("^(/usr)/") or path:match("^(/usr)$") or path:match("^(/lib[^/]*)/")
-      or path:match("^(/[^/]+/[^/]+)/") or path:match("^(/[^/]+)$")
-    if top and not seen[top] and top ~= "/proc" and not top:match("^/proc/") and not top:match("^/dev") then
-      seen[top] = true
-      roots[#roots + 1] = top
-    end
-  end
-  if not seen["/usr"] then roots[#roots + 1] = "/usr" end
-  table.sort(roots)
-  roots_cache[python] = roots
-  return roots
-end
 
 function P:prepare(opts, h)
   local o, err, code = policy.Policy.prepare(self, opts, h)
@@ -69,7 +43,7 @@ function P:command(opts, run)
     local st = core.lstat(d)
     if st and st.type == "link" then add("--symlink", core.readlink(d), d) end
   end
-  for _, root in ipairs(interpreter_roots(opts.python_exe)) do
+  for _, root in ipairs(host.python_roots(opts.python_exe)) do
     local st = core.lstat(root)
     if st and st.type == "directory" then add("--ro-bind", root, root) end
   end

@@ -34,4 +34,50 @@ return policy.base {
   grace = 0.2,
   tail_bytes = 1024,
   code_name = "main.py",
+
+  -- Landlock: the program reads and executes only the interpreter's own directories (asked of
+  -- the interpreter), the code and these; it writes only in its work dir, its private scratch
+  -- mounts and these. "auto": what the kernel offers, the rest listed in `refused`.
+  filesystem = "auto",
+  fs_read = {
+    "/bin", "/lib", "/lib64", "/usr",         -- the dynamic loader and shared libraries
+    "/etc/ld.so.cache", "/etc/localtime",
+    "/dev/urandom", "/dev/random", "/dev/zero",
+  },
+  fs_write = { "/dev/null" },
+  -- with network = "new": Landlock also denies TCP bind and connect (a second wall, and the
+  -- only one where no network namespace can be made)
+  deny_tcp = true,
+  -- no signal and no abstract unix socket reaches outside the run (Landlock ABI 6)
+  scope = true,
+
+  -- seccomp: these system calls fail with EPERM (a clean PermissionError in Python, not a kill)
+  seccomp = "auto",
+  deny_syscalls = {
+    -- other processes' memory and tracing
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
+    -- the mount table and the root
+    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
+    "fsmount", "fspick", "mount_setattr",
+    -- namespaces after set-up (clone with CLONE_NEW* flags too, clone3 answers ENOSYS)
+    "unshare", "setns",
+    -- the kernel keyring, BPF, perf, userfaultfd, io_uring (a path around this filter)
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
+    -- the machine itself
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
+    "swapon", "swapoff", "acct", "quotactl", "syslog", "settimeofday", "clock_settime",
+    "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "vhangup", "iopl", "ioperm",
+    "modify_ldt", "uselib", "ustat", "sysfs", "fanotify_init", "lookup_dcookie",
+    -- files by handle (escapes a bind mount), execution domains
+    "open_by_handle_at", "name_to_handle_at", "personality",
+  },
+  -- where no network namespace could be made: socket() of every family but AF_UNIX is refused
+  deny_sockets = "without-netns",
+
+  -- whole-run budgets: cpu_seconds and memory_mb bound every process of the run together.
+  -- "auto": a cgroup in `cgroup` (a delegated cgroup v2 directory) when set and usable, else
+  -- the launcher polls the run's processes every budget_poll_ms.
+  budgets = "auto",
+  budget_poll_ms = 10,
 }

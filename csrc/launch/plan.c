@@ -75,6 +75,9 @@ static const char help_text[] =
 	"  --deny-syscall NAME   repeatable (at most 256); NAME fails with EPERM\n"
 	"  --deny-sockets        socket() of every family but AF_UNIX fails with\n"
 	"                        EPERM\n"
+	"  --deny-sockets-without-netns\n"
+	"                        the same, only when no network namespace was\n"
+	"                        made (the fallback wall)\n"
 	"  --budget-cpu-ms N     the whole run (every process) may use N ms of CPU\n"
 	"  --budget-memory-kb N  the run's processes together may hold N KiB\n"
 	"  --budget-poll-ms N    how often the budgets are checked (1..1000,\n"
@@ -287,7 +290,7 @@ enum opt {
 	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_KILL_UID,
 	O_LANDLOCK, O_FS_RO, O_FS_RW, O_SECCOMP, O_DENY_SYSCALL, O_BUDGET_CPU, O_BUDGET_MEM,
 	O_BUDGET_POLL, O_CGROUP,
-	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_CGROUP_REQUIRE,
+	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_CGROUP_REQUIRE,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_COUNT
 };
 
@@ -321,6 +324,7 @@ static const struct {
 	[O_DENY_TCP] = { "--deny-tcp", 0, 0 },
 	[O_SCOPE] = { "--scope", 0, 0 },
 	[O_DENY_SOCKETS] = { "--deny-sockets", 0, 0 },
+	[O_DENY_SOCKETS_NONS] = { "--deny-sockets-without-netns", 0, 0 },
 	[O_CGROUP_REQUIRE] = { "--cgroup-require", 0, 0 },
 	[O_PIDNS] = { "--pidns", 0, 0 },
 	[O_NO_PIDNS] = { "--no-pidns", 0, 0 },
@@ -436,6 +440,9 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 		return 0;
 	case O_DENY_SOCKETS:
 		p->deny_sockets = 1;
+		return 0;
+	case O_DENY_SOCKETS_NONS:
+		p->deny_sockets = 2;
 		return 0;
 	case O_CGROUP_REQUIRE:
 		p->cgroup_require = 1;
@@ -570,6 +577,10 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	}
 	if (p->seccomp == PLAN_MECH_OFF && (seen[O_DENY_SYSCALL] || p->deny_sockets)) {
 		fail(err, errlen, "--deny-syscall and --deny-sockets need --seccomp auto|require");
+		goto bad;
+	}
+	if (seen[O_DENY_SOCKETS] && seen[O_DENY_SOCKETS_NONS]) {
+		fail(err, errlen, "--deny-sockets and --deny-sockets-without-netns conflict");
 		goto bad;
 	}
 	if (p->cgroup_require && !p->cgroup) {

@@ -79,7 +79,9 @@ struct plan {
 	enum plan_mech seccomp;
 	const char *deny_syscall[PLAN_SYSCALLS_MAX];  /* names, [a-z0-9_], answered EPERM */
 	size_t ndeny_syscall;
-	int deny_sockets;           /* --deny-sockets: socket() of any family but AF_UNIX: EPERM */
+	int deny_sockets;           /* socket() of any family but AF_UNIX: EPERM; 1: --deny-sockets,
+				 * 2: --deny-sockets-without-netns (only when no network
+				 * namespace was made) */
 	/* Whole-run budgets (budget.c), enforced by the supervisor; 0: none. */
 	unsigned long long budget_cpu_ms;       /* CPU time of every process of the run */
 	unsigned long long budget_memory_kb;    /* resident memory of the run's processes, summed */

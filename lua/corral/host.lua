@@ -121,6 +121,67 @@ function M.interpreter(name, search)
   return path
 end
 
+--- The directories an interpreter reads from, asked of the interpreter itself once per process:
+-- its executable, its prefixes, the entries of its sys.path and every file it has mapped at start
+-- (shared objects), each reduced to its top directory (/usr, /lib64, /opt/x, /home/u/...).
+-- Used by the bwrap policy (what to bind) and by Landlock (what may be read and executed).
+-- The answer is also kept in the private lock directory, keyed by the interpreter's real path,
+-- size and mtime, so that a short-lived process (the CLI) does not start an interpreter first.
+-- @return a sorted list of absolute directory paths (always holding /usr)
+function M.python_roots(python)
+  local key = "roots\0" .. python
+  if cache[key] then return cache[key] end
+  local real = core.realpath(python)
+  local st = real and core.lstat(real)
+  local stamp = st and (real .. " " .. st.size .. " " .. st.mtime)
+  local dir = stamp and M.lock_dir()
+  local file = dir and (dir .. "/python-roots-" .. real:gsub("[^%w]", "_"))
+  local saved = file and io.open(file, "r")
+  if saved then
+    local text = saved:read("a")
+    saved:close()
+    local first, rest = text:match("^([^\n]*)\n(.*)$")
+    if first == stamp then
+      local roots = {}
+      for line in rest:gmatch("[^\n]+") do roots[#roots + 1] = line end
+      cache[key] = roots
+      return roots
+    end
+  end
+  local script = "import sys, os\n" ..
+    "print(os.path.realpath(sys.executable))\n" ..
+    "for p in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, *sys.path):\n" ..
+    "    if p.startswith('/'): print(os.path.realpath(p))\n" ..
+    "for line in open('/proc/self/maps'):\n" ..
+    "    f = line.split()\n" ..
+    "    if len(f) >= 6 and f[5].startswith('/'): print(f[5])\n"
+  local f = io.popen(shell_quote(python) .. " -I -c " .. shell_quote(script) .. " 2>/dev/null")
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  local roots, seen = {}, {}
+  for path in text:gmatch("[^\n]+") do
+    local top = path:match("^(/usr)/") or path:match("^(/usr)$") or path:match("^(/lib[^/]*)/")
+      or path:match("^(/[^/]+/[^/]+)/") or path:match("^(/[^/]+)$")
+    if top and not seen[top] and not top:match("^/proc") and not top:match("^/dev")
+      and not top:match("^/sys") and not top:match("^/tmp") then
+      seen[top] = true
+      roots[#roots + 1] = top
+    end
+  end
+  if not seen["/usr"] then roots[#roots + 1] = "/usr" end
+  table.sort(roots)
+  cache[key] = roots
+  -- a complete answer only (the interpreter printed its executable first)
+  if file and text:match("^/") then
+    local tmp = file .. ".new-" .. core.getpid()
+    os.remove(tmp)
+    if core.write_file(tmp, stamp .. "\n" .. table.concat(roots, "\n") .. "\n", 384) then
+      os.rename(tmp, file)
+    end
+  end
+  return roots
+end
+
 local function lock_dir()
   if cache.lock_dir then return cache.lock_dir end
   local dir = "/run/corral"
@@ -135,6 +196,7 @@ local function lock_dir()
   cache.lock_dir = dir
   return dir
 end
+M.lock_dir = lock_dir
 
 --- Take a free uid from `first`..`last` for one run.
 -- @return uid, or nil, message, code ("EBUSY" when every uid in the range is in use)

@@ -18,6 +18,13 @@
 -- controller is root), `tmp_dir`, `tmpfs` (path → MiB: fresh scratch mounts, with a PID
 -- namespace), `work_mb` (the work dir as a tmpfs of this size), `kill_on_overflow`, `grace`,
 -- `tail_bytes`, `code_name`.
+-- Hardening: `filesystem` ("off", "auto", "require": Landlock), `fs_read` and `fs_write` (paths
+-- the program may read and execute, or also write, besides the interpreter's own directories,
+-- the code and the work dir), `deny_tcp` (Landlock's TCP wall, with `network = "new"`), `scope`
+-- (Landlock scoping of signals and abstract unix sockets), `seccomp` ("off", "auto", "require"),
+-- `deny_syscalls` (names answered EPERM), `deny_sockets` ("always", "without-netns", "never":
+-- socket() of every family but AF_UNIX), `budgets` ("off", "poll", "cgroup", "auto": whole-run
+-- CPU and memory), `budget_poll_ms`, `cgroup` (a delegated cgroup v2 directory).
 --
 -- Methods a policy may override, each called with the policy as `self`:
 -- `prepare(opts, host)` → opts (defaults, maxima, checks against the host; raise for a bad request,
@@ -77,8 +84,19 @@ local function check_strings(self, field, t, keyed)
   end
 end
 
+local MECH = { off = true, auto = true, require = true }
 local ENUMS = { network = { new = true, host = true },
-                user_namespace = { auto = true, never = true, always = true } }
+                user_namespace = { auto = true, never = true, always = true },
+                filesystem = MECH, seccomp = MECH,
+                deny_sockets = { always = true, ["without-netns"] = true, never = true },
+                budgets = { off = true, poll = true, cgroup = true, auto = true } }
+
+local function check_paths(self, field, t)
+  check_strings(self, field, t)
+  for _, p in ipairs(t) do
+    if p:sub(1, 1) ~= "/" then fail(self, field, "must hold absolute paths, got '" .. p .. "'") end
+  end
+end
 
 --- Check the policy's data, raising an error that names the policy and the field.
 -- Called when a policy is loaded or handed over as a table, before any run uses it.
@@ -128,6 +146,28 @@ function Policy:check()
   end
   if self.work_mb and (type(self.work_mb) ~= "number" or self.work_mb < 1 or self.work_mb > 1048576) then
     fail(self, "work_mb", "must be MiB in 1..1048576, or false for a work dir on the host")
+  end
+  for _, k in ipairs({ "fs_read", "fs_write" }) do
+    if self[k] ~= nil then check_paths(self, k, self[k]) end
+  end
+  for _, k in ipairs({ "deny_tcp", "scope" }) do
+    if self[k] ~= nil then check_kind(self, k, self[k], "boolean") end
+  end
+  if self.deny_syscalls ~= nil then
+    check_strings(self, "deny_syscalls", self.deny_syscalls)
+    for _, name in ipairs(self.deny_syscalls) do
+      if not name:match("^[%l%d_]+$") then fail(self, "deny_syscalls", "holds '" .. name .. "', not a system call name") end
+    end
+  end
+  if self.budget_poll_ms ~= nil and (math.type(self.budget_poll_ms) ~= "integer"
+      or self.budget_poll_ms < 1 or self.budget_poll_ms > 1000) then
+    fail(self, "budget_poll_ms", "must be an integer in 1..1000")
+  end
+  if self.cgroup ~= nil and (type(self.cgroup) ~= "string" or self.cgroup:sub(1, 1) ~= "/") then
+    fail(self, "cgroup", "must be an absolute path (a delegated cgroup v2 directory)")
+  end
+  if self.budgets == "cgroup" and not self.cgroup then
+    fail(self, "budgets", "is cgroup but the policy names no cgroup directory")
   end
   for _, k in ipairs({ "grace", "tail_bytes" }) do
     if type(self[k]) ~= "number" or self[k] < 0 then fail(self, k, "must be a number >= 0") end
@@ -209,6 +249,34 @@ function Policy:environment(opts, run)
   return out
 end
 
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
+--- What the program may read and execute (`ro`) and also write (`rw`) under Landlock: the
+-- interpreter's own directories, the code dir and the policy's `fs_read`; the work dir, the
+-- run's private scratch mounts and the policy's `fs_write`. Everything else is denied.
+-- @return ro, rw (lists of absolute paths)
+function Policy:filesystem_rules(opts, run)
+  local ro, rw, seen = {}, {}, {}
+  local function add(list, p)
+    if not seen[p] then seen[p] = true; list[#list + 1] = p end
+  end
+  add(rw, run.workdir)
+  if self.pid_namespace then
+    -- private to the run (the launcher grants them only when it mounted them)
+    for _, path in ipairs(sorted_keys(self.tmpfs)) do add(rw, path) end
+  end
+  for _, p in ipairs(self.fs_write or {}) do add(rw, p) end
+  add(ro, run.code_dir)
+  for _, p in ipairs(require("corral.host").python_roots(opts.python_exe)) do add(ro, p) end
+  for _, p in ipairs(self.fs_read or {}) do add(ro, p) end
+  return ro, rw
+end
+
 --- The launcher's argument vector for one run.
 function Policy:launch_args(opts, run, host)
   local function int(n) return string.format("%d", math.floor(n)) end
@@ -221,9 +289,7 @@ function Policy:launch_args(opts, run, host)
   if self.pid_namespace then
     -- fresh, size-bounded scratch mounts and an in-memory work dir, private to the run; the
     -- code dir (under the host's /tmp, hidden by a /tmp tmpfs) is bound back read-only
-    local paths_ = {}
-    for path in pairs(self.tmpfs or {}) do paths_[#paths_ + 1] = path end
-    table.sort(paths_)
+    local paths_ = sorted_keys(self.tmpfs)
     for _, path in ipairs(paths_) do add("--tmpfs", path .. "=" .. int(self.tmpfs[path] * 1048576)) end
     if #paths_ > 0 then add("--ro-bind", run.code_dir) end
     if self.work_mb then add("--work-tmpfs", int(self.work_mb * 1048576)) end
@@ -234,6 +300,31 @@ function Policy:launch_args(opts, run, host)
   add("--rlimit", "core=0")
   add("--rlimit", "nofile=" .. int(opts.open_files))
   add("--rlimit", "nproc=" .. int(opts.processes))
+  if self.filesystem and self.filesystem ~= "off" then
+    add("--landlock", self.filesystem)
+    local ro, rw = self:filesystem_rules(opts, run)
+    for _, p in ipairs(ro) do add("--fs-ro", p) end
+    for _, p in ipairs(rw) do add("--fs-rw", p) end
+    if self.network == "new" and self.deny_tcp ~= false then add("--deny-tcp") end
+    if self.scope ~= false then add("--scope") end
+  end
+  if self.seccomp and self.seccomp ~= "off" then
+    add("--seccomp", self.seccomp)
+    for _, name in ipairs(self.deny_syscalls or {}) do add("--deny-syscall", name) end
+    if self.deny_sockets == "always" then
+      add("--deny-sockets")
+    elseif self.deny_sockets == "without-netns" and self.network == "new" then
+      add("--deny-sockets-without-netns")
+    end
+  end
+  if self.budgets and self.budgets ~= "off" then
+    add("--budget-cpu-ms", int(opts.cpu_seconds * 1000), "--budget-memory-kb", int(opts.memory_mb * 1024))
+    if self.budget_poll_ms then add("--budget-poll-ms", int(self.budget_poll_ms)) end
+    if self.cgroup and self.budgets ~= "poll" then
+      add("--cgroup", self.cgroup)
+      if self.budgets == "cgroup" then add("--cgroup-require") end
+    end
+  end
   for _, e in ipairs(self:environment(opts, run)) do add("--env", e) end
   add("--chdir", run.workdir, "--")
   for _, v in ipairs(self:command(opts, run, host)) do a[#a + 1] = v end
@@ -249,6 +340,8 @@ end
 -- @param raw the host's raw outcome; `rep` the parsed launcher report
 function Policy:classify(raw, opts, rep)
   if raw.timed_out then return "timeout" end
+  -- a whole-run budget ended it
+  if rep.exceeded then return rep.exceeded.name end
   if raw.overflow then return "output" end
   local sig = rep.status and rep.status.kind == "signal" and rep.status.code or raw.term_signal
   local cpu_s = rep.usage and (rep.usage.user_us + rep.usage.sys_us) / 1e6 or 0
@@ -281,6 +374,11 @@ local EXTRA_NAMES = {
   { "private-tmp", "private-tmp" }, { "work-tmpfs", "work-tmpfs" }, { "subreaper", "subreaper" },
   { "user-namespace", "user-namespace" }, { "uid", "run-uid" }, { "no-new-privs", "no-new-privs" },
   { "closed-fds", "closed-fds" },
+  { "filesystem", "filesystem" }, { "landlock-net", "landlock-net" },
+  { "scoped-signals", "scoped-signals" }, { "scoped-abstract-unix", "scoped-abstract-unix" },
+  { "seccomp", "seccomp" }, { "deny-sockets", "deny-sockets" },
+  { "budget-cpu", "budget-cpu" }, { "budget-memory", "budget-memory" },
+  { "budget-poll", "budget-poll" }, { "cgroup", "cgroup" },
 }
 
 --- The `limits` list: what the report says was applied, plus what the host itself enforced.
@@ -344,6 +442,9 @@ function Policy:result(raw, opts, run, host)
     cpu_user_s = rep.usage and rep.usage.user_us / 1e6 or 0,
     cpu_sys_s = rep.usage and rep.usage.sys_us / 1e6 or 0,
     max_rss_kb = rep.usage and rep.usage.maxrss_kb or 0,
+    -- the whole run (every process), measured by the budget supervisor
+    cpu_total_s = rep.total and rep.total.cpu_us / 1e6 or nil,
+    memory_peak_kb = rep.total and rep.total.peak_kb or nil,
   }
   local max = opts.max_output
   local res = {

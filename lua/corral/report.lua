@@ -15,7 +15,9 @@ end
 -- @return a table: `version`, `applied` (name → value string or true), `applied_order` (names in
 -- the order applied), `refused` (name → {errno=, message=}), `fatal` ({step=, errno=, message=}
 -- or nil), `pid`, `status` ({kind="exit"|"signal", code=n} or nil), `usage` ({user_us=, sys_us=,
--- maxrss_kb=} or nil)
+-- maxrss_kb=} or nil), `exceeded` ({name="cpu"|"memory", used=n, limit=n} or nil: a whole-run
+-- budget ended the run), `total` ({cpu_us=, peak_kb=} or nil: the whole run's CPU and summed
+-- resident memory)
 function M.parse(text)
   local r = { applied = {}, applied_order = {}, refused = {} }
   if type(text) ~= "string" then return r end
@@ -41,6 +43,16 @@ function M.parse(text)
       local how, n = match(rest, "^(%a+) (%-?%d+)$")
       n = int(n)
       if (how == "exit" or how == "signal") and n then r.status = { kind = how, code = n } end
+    elseif kind == "exceeded" then
+      local name, used, limit = match(rest, "^(%a+) (%d+) (%d+)$")
+      used, limit = int(used), int(limit)
+      if (name == "cpu" or name == "memory") and used and limit and not r.exceeded then
+        r.exceeded = { name = name, used = used, limit = limit }
+      end
+    elseif kind == "total" then
+      local c, m = match(rest, "^(%d+) (%d+)$")
+      c, m = int(c), int(m)
+      if c and m then r.total = { cpu_us = c, peak_kb = m } end
     elseif kind == "usage" then
       local u, s, m = match(rest, "^(%d+) (%d+) (%d+)$")
       u, s, m = int(u), int(s), int(m)
