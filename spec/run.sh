@@ -42,6 +42,13 @@ if [ "$(id -u)" = 0 ] && [ "${CORRAL_SKIP_UNPRIVILEGED:-}" = "" ]; then
   rm -rf "$copy"
 fi
 
+echo "== soak: ${SOAK_RUNS:-500} runs at concurrency 8"
+if $LUA bench/soak.lua "${SOAK_RUNS:-500}" 8 > "$log/soak.log" 2>&1; then
+  passed=$((passed + 1)); cat "$log/soak.log"; echo "ok - soak"
+else
+  failed=$((failed + 1)); cat "$log/soak.log"; echo "not ok - soak"
+fi
+
 echo "== luacheck"
 if luacheck --no-color -q lua bin/corral policies examples spec bench > "$log/luacheck.log" 2>&1; then
   passed=$((passed + 1)); echo "ok - luacheck: no warnings"
