@@ -89,7 +89,7 @@ describe("corral CLI", function()
     local ukeys = {}
     for k in pairs(r.usage) do ukeys[#ukeys + 1] = k end
     table.sort(ukeys)
-    assert.are.same({ "cpu_sys_s", "cpu_user_s", "max_rss_kb", "wall_s" }, ukeys)
+    assert.are.same({ "cpu_sys_s", "cpu_total_s", "cpu_user_s", "max_rss_kb", "memory_peak_kb", "wall_s" }, ukeys)
   end)
 
   it("adds an error object to --json when the sandbox fails", function()

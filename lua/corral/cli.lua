@@ -148,7 +148,8 @@ local function result_object(res, cjson, err, code)
     return {
       ok = false, stdout = "", stderr = "", returncode = null, timed_out = false, truncated = false,
       network_isolated = false, limits = {}, reason = null, signal = null,
-      usage = { wall_s = 0, cpu_user_s = 0, cpu_sys_s = 0, max_rss_kb = 0 },
+      usage = { wall_s = 0, cpu_user_s = 0, cpu_sys_s = 0, max_rss_kb = 0, cpu_total_s = null,
+                memory_peak_kb = null },
       error = { kind = code or "error", message = err },
     }
   end
@@ -157,7 +158,8 @@ local function result_object(res, cjson, err, code)
     timed_out = res.timed_out, truncated = res.truncated, network_isolated = res.network_isolated,
     limits = res.limits, reason = res.reason, signal = res.signal or null,
     usage = { wall_s = res.usage.wall_s, cpu_user_s = res.usage.cpu_user_s,
-              cpu_sys_s = res.usage.cpu_sys_s, max_rss_kb = res.usage.max_rss_kb },
+              cpu_sys_s = res.usage.cpu_sys_s, max_rss_kb = res.usage.max_rss_kb,
+              cpu_total_s = res.usage.cpu_total_s or null, memory_peak_kb = res.usage.memory_peak_kb or null },
   }
 end
 
