@@ -299,13 +299,15 @@ int ns_apply(struct launch *L)
 	L->egid = getegid();
 	if (p->net != PLAN_NET_HOST)
 		all.flags |= CLONE_NEWNET;
+	/* The IPC namespace comes with the PID namespace: SysV shared memory, semaphores, message
+	 * queues and POSIX message queues made by the run are private to it and go with it. */
 	if (p->pidns)
-		all.flags |= CLONE_NEWPID | CLONE_NEWNS;
+		all.flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC;
 	if (!all.flags) {
 		refuse_mounts(p, &pid);
 		return 0;
 	}
-	pid.flags = CLONE_NEWPID | CLONE_NEWNS;
+	pid.flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC;
 	net.flags = CLONE_NEWNET;
 
 	r = try_unshare(L, &all);
@@ -343,8 +345,10 @@ int ns_apply(struct launch *L)
 		}
 	}
 	if (p->pidns) {
-		if (pid.got)
+		if (pid.got) {
 			report_applied("pid-namespace");
+			report_applied("private-ipc");
+		}
 		else
 			report_refusal(L, &pid, W_PIDNS);
 	}

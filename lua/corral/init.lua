@@ -90,9 +90,18 @@ end
 
 -- Start one run; `what` names the public function for error messages; `extra` carries settings
 -- that are not public options (eval_in_sandbox's kill-on-overflow).
+local protected = false
+
 local function launch(what, code, opts, on_done, extra)
   local ok, pol = pcall(policy.load, opts.policy or (extra and extra.policy) or "default")
   if not ok then error(what .. ": " .. tostring(pol), 0) end
+  -- Where a run shares the controller's uid (no user namespace, no run uid) and Landlock is
+  -- missing, a dumpable controller's /proc/PID/environ, fds and memory would be open to it.
+  -- Off once, before the first run, unless the policy says the embedding program needs it.
+  if not protected and pol.protect_controller ~= false then
+    core.set_dumpable(false)
+    protected = true
+  end
   local host, err, ecode = hostmod.basics()
   if not host then return nil, err, ecode end
   local o

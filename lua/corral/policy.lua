@@ -24,7 +24,8 @@
 -- (Landlock scoping of signals and abstract unix sockets), `seccomp` ("off", "auto", "require"),
 -- `deny_syscalls` (names answered EPERM), `deny_sockets` ("always", "without-netns", "never":
 -- socket() of every family but AF_UNIX), `budgets` ("off", "poll", "cgroup", "auto": whole-run
--- CPU and memory), `budget_poll_ms`, `cgroup` (a delegated cgroup v2 directory).
+-- CPU and memory), `budget_poll_ms`, `cgroup` (a delegated cgroup v2 directory),
+-- `protect_controller` (default true: the controller is made non-dumpable before its first run).
 --
 -- Methods a policy may override, each called with the policy as `self`:
 -- `prepare(opts, host)` → opts (defaults, maxima, checks against the host; raise for a bad request,
@@ -150,7 +151,7 @@ function Policy:check()
   for _, k in ipairs({ "fs_read", "fs_write" }) do
     if self[k] ~= nil then check_paths(self, k, self[k]) end
   end
-  for _, k in ipairs({ "deny_tcp", "scope" }) do
+  for _, k in ipairs({ "deny_tcp", "scope", "protect_controller" }) do
     if self[k] ~= nil then check_kind(self, k, self[k], "boolean") end
   end
   if self.deny_syscalls ~= nil then
@@ -345,10 +346,15 @@ function Policy:classify(raw, opts, rep)
   if raw.overflow then return "output" end
   local sig = rep.status and rep.status.kind == "signal" and rep.status.code or raw.term_signal
   local cpu_s = rep.usage and (rep.usage.user_us + rep.usage.sys_us) / 1e6 or 0
+  if rep.total then cpu_s = math.max(cpu_s, rep.total.cpu_us / 1e6) end
   -- the launcher sets the soft CPU limit at cpu_seconds (SIGXCPU) and the hard one a second later
-  -- (SIGKILL, for a program that ignores SIGXCPU); usage counts the whole tree, so a SIGKILL is
-  -- put down to the CPU limit only when the tree spent at least the hard limit
-  if sig == SIGXCPU or (sig == SIGKILL and cpu_s >= opts.cpu_seconds + 0.95) then return "cpu" end
+  -- (SIGKILL, for a program that ignores SIGXCPU). Either is put down to the CPU limit only when
+  -- the run spent about that much CPU: a program may send itself SIGXCPU, and the kernel's CPU
+  -- clock runs ahead of what getrusage reports by up to a few tenths of a second on a busy machine
+  if (sig == SIGXCPU and cpu_s >= opts.cpu_seconds - 0.3)
+    or (sig == SIGKILL and cpu_s >= opts.cpu_seconds + 0.5) then
+    return "cpu"
+  end
   if sig == SIGXFSZ then return "file-size" end
   local tail = last_line(raw.stderr_tail ~= "" and raw.stderr_tail or raw.stderr)
   local failed = (sig and sig ~= 0) or (rep.status and rep.status.code ~= 0) or raw.exit_status ~= 0
@@ -370,7 +376,7 @@ local LIMIT_NAMES = {
 }
 local EXTRA_NAMES = {
   { "session", "session" }, { "die-with-parent", "die-with-parent" },
-  { "pid-namespace", "pid-namespace" }, { "private-proc", "private-proc" },
+  { "pid-namespace", "pid-namespace" }, { "private-ipc", "private-ipc" }, { "private-proc", "private-proc" },
   { "private-tmp", "private-tmp" }, { "work-tmpfs", "work-tmpfs" }, { "subreaper", "subreaper" },
   { "user-namespace", "user-namespace" }, { "uid", "run-uid" }, { "no-new-privs", "no-new-privs" },
   { "closed-fds", "closed-fds" },
