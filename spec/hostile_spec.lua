@@ -1,0 +1,422 @@
+-- The hostile-program suite: every case of spec/hostile/*.lua (the machinery is in
+-- spec/hostile/support.lua), run a few at a time on one loop. Besides its own
+-- expectation, every case is checked for:
+--   1. time: the run returned within its timeout + 0.5 s;
+--   2. survivors: no process of the run is alive when it has ended (its code dir or marker in
+--      argv, or, as root, its uid), looked up before its clean-up;
+--   3. host leaks: nothing named with its marker in /tmp, /var/tmp, /dev/shm, $HOME, the tree or
+--      a world-writable host dir, nothing but .lock, code/main.py and work/ in its run directory
+--      (the code dir and the parent of the work dir), and the run directory gone afterwards;
+--   4. the next run: an inspector program, run right after it (as root under the same uid), sees
+--      nothing of it: no marker-named file, socket (abstract ones included), IPC object or key,
+--      no process, an empty /var/tmp, /dev/shm and work dir;
+--   5. every protection named in its `needs` is in result.limits (never skipped: a case that needs
+--      a protection not yet merged fails until it is);
+--   6. a case with `known_hole` fails with that description, whatever else happens.
+-- A case (fields, all but name and code optional):
+--   name       unique; also the test's name
+--   code       Python source, or function(ctx) returning it (ctx: marker, token, tree,
+--              host_home, controller_pid, root, host_uid, world_writable, + what setup returned)
+--   prologue   false: do not prepend the scatter prologue (S.prologue)
+--   opts       run_python options (a table, or function(ctx)); `policy` is set by the runner
+--   variant    a policy variant of S.variants ("default", "no-pidns", "bare", "host-net",
+--              "host-work")
+--   controller "child": run in a controller process of its own (spec/hostile/controller.lua),
+--              with CORRAL_HOSTILE_SECRET in its environment; ctx.controller_pid is that process
+--   setup      function(ctx) -> extra ctx values (host helpers: list their pids in helper_pids)
+--   teardown   function(ctx)
+--   companion  {code = string|function(ctx), opts = {...}}: a run started alongside (a victim),
+--              its result in o.companion.res for `check`
+--   expect     {reason, returncode, signal (false: none), ok, timed_out, truncated, stdout,
+--              stderr (Lua patterns, or lists of them), stdout_not, stderr_not, stdout_exact,
+--              max_elapsed}; or function(ctx) returning it
+--   needs      limit names that must be in result.limits
+--   check      function(r, ctx, o): extra luassert checks (o: the whole outcome)
+--   known_hole description of a hole corral has: the case fails with it until it is fixed
+local corral = require "corral"
+local core = require "corral.core"
+local cjson = require "cjson"
+local policy = require "corral.policy"
+local H = require "helper"
+local S = require "hostile.support"
+
+local CONCURRENCY = 4
+local SLACK = 0.5           -- a run must return within its timeout + SLACK
+local DEFAULT_TIMEOUT = 5   -- the default policy's
+
+local tree = assert(core.realpath("."))
+local places = S.host_places(tree)
+
+local function case_timeout(case, ctx)
+  local o = case.opts
+  if type(o) == "function" then o = o(ctx) end
+  return (o and o.timeout) or DEFAULT_TIMEOUT
+end
+
+local function decode(s)
+  local ok, v = pcall(cjson.decode, s)
+  if ok then return v end
+  return nil
+end
+
+-- The last line of `s` that parses as a JSON object.
+local function last_json(s)
+  local found
+  for line in (s or ""):gmatch("[^\n]+") do
+    if line:sub(1, 1) == "{" then found = decode(line) or found end
+  end
+  return found
+end
+
+-- Start the inspector for a finished case, pinned to the case's uid as root. Calls back with
+-- the parsed report, or nil and a problem.
+local function start_inspector(case, ctx, o, cb)
+  local uid = o.sink and math.tointeger(o.sink.uid)   -- a float when it came through JSON
+  local pol = policy.load("default")
+  if case.inspector_variant then pol = S.test_policy(case.inspector_variant, {}) end
+  if uid then pol = pol:extend { uid_range = { uid, uid } } end
+  local code = S.inspector_code({ ctx.marker }, ctx)
+  local proc, err
+  for _ = 1, 20 do
+    proc, err = corral.start(code, { policy = pol, timeout = 5 }, function(r, rerr)
+      if not r then return cb(nil, "the inspector failed: " .. tostring(rerr)) end
+      local rep = last_json(r.stdout)
+      if not rep then return cb(nil, "the inspector printed no report: " .. r.stdout .. r.stderr) end
+      cb(rep)
+    end)
+    if proc then return end
+    -- EBUSY: another controller on this machine took the uid in the moment it was free
+    H.sh("sleep 0.05")
+  end
+  cb(nil, "the inspector could not start under uid " .. tostring(uid) .. ": " .. tostring(err) .. " (rerun)")
+end
+
+local function as_list(v)
+  if v == nil then return {} end
+  if type(v) == "table" then return v end
+  return { v }
+end
+
+-- Every way `o` (the outcome of `case`) falls short; an empty list when it passed.
+local function evaluate(case, ctx, o)
+  local P = {}
+  local function bad(fmt, ...) P[#P + 1] = string.format(fmt, ...) end
+  if case.known_hole then bad("KNOWN HOLE (fix corral, then drop known_hole): %s", case.known_hole) end
+  if o.setup_error then bad("setup failed: %s", o.setup_error) end
+  local r = o.res
+  if not r then
+    bad("no result: %s (%s)", tostring(o.err), tostring(o.code))
+  else
+    local limit = case_timeout(case, ctx) + SLACK
+    if o.elapsed > limit then bad("took %.2f s, more than timeout + %.1f s = %.2f s", o.elapsed, SLACK, limit) end
+    for _, n in ipairs(case.needs or {}) do
+      if not S.has(r.limits, n) then bad("result.limits lacks %q, which this case needs", n) end
+    end
+    if r.cleanup_error then bad("clean-up failed: %s", r.cleanup_error) end
+    local e = case.expect
+    if type(e) == "function" then e = e(ctx) end
+    e = e or {}
+    for _, k in ipairs({ "reason", "returncode", "ok", "timed_out", "truncated" }) do
+      if e[k] ~= nil and r[k] ~= e[k] then bad("%s is %s, expected %s", k, tostring(r[k]), tostring(e[k])) end
+    end
+    if e.signal ~= nil and r.signal ~= (e.signal or nil) then
+      bad("signal is %s, expected %s", tostring(r.signal), tostring(e.signal or nil))
+    end
+    for _, stream in ipairs({ "stdout", "stderr" }) do
+      for _, pat in ipairs(as_list(e[stream])) do
+        if not r[stream]:find(pat) then bad("%s does not match %q: %q", stream, pat, r[stream]:sub(1, 400)) end
+      end
+      for _, pat in ipairs(as_list(e[stream .. "_not"])) do
+        if r[stream]:find(pat) then bad("%s matches %q: %q", stream, pat, r[stream]:sub(1, 400)) end
+      end
+    end
+    if e.stdout_exact and r.stdout ~= e.stdout_exact then
+      bad("stdout is %q, expected %q", r.stdout:sub(1, 400), e.stdout_exact)
+    end
+    if e.max_elapsed and o.elapsed > e.max_elapsed then
+      bad("took %.2f s, expected at most %.2f s", o.elapsed, e.max_elapsed)
+    end
+    if case.check then
+      local ok, err = pcall(case.check, r, ctx, o)
+      if not ok then bad("check: %s", tostring(err)) end
+    end
+  end
+  -- survivors and what the run left in its own directory, for the run and its companion
+  for _, part in ipairs({ { "", o.sink }, { "companion: ", o.companion and o.companion.sink } }) do
+    local label, sink = part[1], part[2]
+    if sink then
+      for _, s in ipairs(sink.strays or {}) do bad("%sprocess alive after the run: %s", label, s) end
+      for _, s in ipairs(sink.top_extra or {}) do bad("%swritten into the run directory on the host: %s", label, s) end
+      if sink.top and core.exists(sink.top) then bad("%srun directory left: %s", label, sink.top) end
+    end
+  end
+  if o.companion and not o.companion.res then
+    bad("companion: no result: %s", tostring(o.companion.err))
+  elseif o.companion then
+    local limit = ((case.companion.opts or {}).timeout or DEFAULT_TIMEOUT) + SLACK
+    if o.companion.elapsed > limit then bad("companion: took %.2f s, more than its timeout + %.1f s", o.companion.elapsed, SLACK) end
+  end
+  for _, p in ipairs(o.host_leaks or {}) do bad("left on the host: %s", p) end
+  if o.inspector_error then bad("%s", o.inspector_error) end
+  local rep = o.inspector
+  if rep then
+    for _, f in ipairs(rep.found or {}) do bad("the next run saw: %s", f) end
+    for _, p in ipairs(rep.procs or {}) do bad("the next run saw a process: %s", p) end
+    for d, names in pairs(rep.listing or {}) do
+      if #names > 0 then bad("the next run found %s not empty: %s", d, table.concat(names, " ")) end
+    end
+    if o.sink and o.sink.uid and rep.uid ~= math.tointeger(o.sink.uid) then
+      bad("the inspector ran as uid %s, not the case's %s", tostring(rep.uid), tostring(o.sink.uid))
+    end
+  end
+  return P
+end
+
+-- Run `case` (and its companion and inspector); calls done(outcome) when all is over.
+local function start_case(case, prefix, done)
+  local o = {}
+  local ctx = S.make_ctx(case, prefix, tree)
+  local extra = {}
+  if case.setup then
+    local ok, e = pcall(case.setup, ctx)
+    if ok then extra = e or {} else o.setup_error = tostring(e) end
+    for k, v in pairs(extra) do ctx[k] = v end
+  end
+  local ignore = {}
+  for _, pid in ipairs(extra.helper_pids or {}) do ignore[pid] = true end
+  local pending = 0
+
+  -- the checks run before the teardown, which ends the host helpers they may look at
+  local function finish()
+    local ok, problems = pcall(evaluate, case, ctx, o)
+    o.problems = ok and problems or { "the runner failed to evaluate the case: " .. tostring(problems) }
+    if case.teardown then
+      local tok, e = pcall(case.teardown, ctx)
+      if not tok then o.problems[#o.problems + 1] = "teardown failed: " .. tostring(e) end
+    end
+    done(o)
+  end
+  local function after_runs()
+    start_inspector(case, ctx, o, function(rep, err)
+      o.inspector, o.inspector_error = rep, err
+      o.host_leaks = S.host_leaks(ctx.marker, places)
+      finish()
+    end)
+  end
+  local function one_done()
+    pending = pending - 1
+    if pending == 0 then after_runs() end
+  end
+
+  -- the companion first: the case's code may name its launcher's pid
+  if case.companion then
+    pending = pending + 1
+    local c = case.companion
+    local csink = { marker = ctx.marker .. "c", ignore = ignore }
+    o.companion = { sink = csink }
+    local copts = {}
+    for k, v in pairs(c.opts or {}) do copts[k] = v end
+    copts.policy = S.test_policy(c.variant, csink)
+    local t0 = core.hrtime()
+    local started, proc, err, ecode = pcall(function()
+      local code = type(c.code) == "function" and c.code(ctx) or c.code
+      return corral.start(code, copts, function(r, rerr, rcode)
+        o.companion.res, o.companion.err, o.companion.code = r, rerr, rcode
+        o.companion.elapsed = core.hrtime() - t0
+        one_done()
+      end)
+    end)
+    if not started then proc, err = nil, "the runner could not start it: " .. tostring(proc) end
+    if proc then
+      ctx.companion_pid = proc:pid()
+    else
+      o.companion.err = tostring(err) .. " " .. tostring(ecode)
+      pending = pending - 1
+    end
+  end
+
+  pending = pending + 1
+  if case.controller == "child" then
+    ctx.secret = "hostile-secret-" .. S.random_hex(8)
+    extra.companion_pid = ctx.companion_pid
+    local env = { "CORRAL_HOSTILE_SECRET=" .. ctx.secret, "HOSTILE_CTX=" .. cjson.encode(next(extra) and extra or { none = true }),
+                  "HOME=" .. ctx.host_home, "PATH=/usr/bin:/bin",
+                  "HOSTILE_WORLD_WRITABLE=" .. cjson.encode(S.world_writable()) }
+    local timeout = case_timeout(case, ctx)
+    local spawned, err = core.spawn {
+      file = "/usr/bin/" .. S.LUA,
+      args = { "spec/hostile/controller.lua", case.name, prefix, tree },
+      env = env,
+      timeout = timeout + 15,
+      on_exit = function(raw)
+        local out = last_json(raw.stdout)
+        if out then
+          o.res, o.err, o.code, o.elapsed = out.res, out.err, out.code, out.elapsed
+          o.sink = out.sink
+          for _, k in ipairs({ "strays", "top_extra" }) do
+            if o.sink and type(o.sink[k]) ~= "table" then o.sink[k] = {} end
+          end
+          o.child_pid = out.controller_pid
+        else
+          o.err = string.format("the child controller died (exit %d, signal %d) without a result: %s",
+            raw.exit_status, raw.term_signal, (raw.stdout .. raw.stderr):sub(1, 300))
+          o.elapsed = raw.wall_s
+          -- it could not clean up: do it here, after its launcher (PDEATHSIG) is gone
+          local top = raw.stderr:match("top (%S+)")
+          o.sink = { top = top, strays = {}, top_extra = {} }
+          if top then
+            H.eventually(function() return #S.strays(nil, top .. "/code", ctx.marker, ignore) == 0 end, 2)
+            o.sink.strays = S.strays(nil, top .. "/code", ctx.marker, ignore)
+            for _, line in ipairs(o.sink.strays) do core.kill(tonumber(line:match("^(%d+)")), 9) end
+            core.rmtree(top)
+          end
+        end
+        one_done()
+      end,
+    }
+    if not spawned then
+      o.err = "cannot start the child controller: " .. tostring(err)
+      pending = pending - 1
+    end
+  else
+    local sink = { marker = ctx.marker, ignore = ignore }
+    o.sink = sink
+    local t0
+    local started, proc, err, ecode = pcall(function()
+      local code = S.case_code(case, ctx)
+      local opts = S.case_opts(case, ctx, sink)
+      t0 = core.hrtime()
+      return corral.start(code, opts, function(r, rerr, rcode)
+        o.res, o.err, o.code = r, rerr, rcode
+        o.elapsed = core.hrtime() - t0
+        one_done()
+      end)
+    end)
+    if not started then proc, err, ecode = nil, "the runner could not start the case: " .. tostring(proc), "ERUNNER" end
+    if not proc then
+      o.err, o.code, o.elapsed = err, ecode, 0
+      pending = pending - 1
+    end
+  end
+  if pending == 0 then after_runs() end
+  return ctx
+end
+
+--- Run `list` with at most `concurrency` cases at a time; returns outcomes by case name.
+local function run_cases(list, prefix, concurrency)
+  local outcomes, running, next_i = {}, 0, 1
+  local function start_more()
+    while running < concurrency and next_i <= #list do
+      local case = list[next_i]
+      next_i = next_i + 1
+      running = running + 1
+      local t0 = core.hrtime()
+      start_case(case, prefix, function(o)
+        o.wall = core.hrtime() - t0
+        outcomes[case.name] = o
+        running = running - 1
+        start_more()
+      end)
+    end
+  end
+  start_more()
+  while running > 0 do core.run("once") end
+  return outcomes
+end
+
+describe("hostile programs", function()
+  local cases = S.load_cases()
+  local outcomes, snap, t_all
+  local prefix = "hst" .. S.random_hex(4)
+
+  lazy_setup(function()
+    snap = H.snapshot()
+    local t0 = core.hrtime()
+    outcomes = run_cases(cases, prefix, CONCURRENCY)
+    t_all = core.hrtime() - t0
+    if os.getenv("HOSTILE_VERBOSE") then
+      for _, c in ipairs(cases) do
+        local o = outcomes[c.name]
+        io.stderr:write(string.format("%6.2f s run %6.2f s all  %s%s\n", o.elapsed or -1, o.wall or -1, c.name,
+          #o.problems > 0 and "  [FAILS]" or ""))
+      end
+    end
+  end)
+
+  it("has at least 50 cases with distinct names", function()
+    assert.is_true(#cases >= 50, #cases .. " cases")
+  end)
+
+  for _, case in ipairs(cases) do
+    it(case.name, function()
+      local o = outcomes[case.name]
+      assert.is_truthy(o, "the case did not run")
+      if #o.problems > 0 and o.res then
+        -- context for whoever reads the failure
+        o.problems[#o.problems + 1] = string.format("(reason %s, returncode %s, limits: %s)\n  stdout: %q\n  stderr: %q",
+          tostring(o.res.reason), tostring(o.res.returncode), table.concat(o.res.limits or {}, " "),
+          o.res.stdout:sub(1, 300), o.res.stderr:sub(-300))
+      end
+      assert(#o.problems == 0, "\n  " .. table.concat(o.problems, "\n  "))
+    end)
+  end
+
+  it("leaves no process, fd or temp dir behind after all cases, within 60 s", function()
+    -- the per-case checks are exact; this one sees every run on the machine: give runs of other
+    -- test suites a moment to end
+    H.eventually(function() return #H.stray_processes() == 0 and #H.temp_dirs() == snap.dirs end, 5)
+    H.assert_clean(snap)
+    assert.is_true(t_all < 60, string.format("the cases took %.1f s", t_all))
+  end)
+end)
+
+describe("the hostile suite's own checks", function()
+  local prefix = "hst" .. S.random_hex(4)
+
+  it("see a file left on the host, and the next run seeing it", function()
+    -- the host-work variant has no private /tmp: a file written there is on the host
+    finally(function() os.remove("/tmp/" .. S.marker(prefix, 1) .. "-leak") end)
+    local case = { name = "self-test leak", index = 1, variant = "host-work", inspector_variant = "host-work",
+                   prologue = false, opts = { timeout = 2 },
+                   code = function(ctx) return "open('/tmp/" .. ctx.marker .. "-leak', 'w').write('x')" end }
+    local o = run_cases({ case }, prefix, 1)[case.name]
+    local text = table.concat(o.problems, "\n")
+    assert.is_truthy(text:find("left on the host: /tmp/" .. S.marker(prefix, 1) .. "-leak", 1, true), text)
+    assert.is_truthy(text:find("the next run saw: /tmp/" .. S.marker(prefix, 1) .. "-leak", 1, true), text)
+    assert.is_false(core.exists("/tmp/" .. S.marker(prefix, 1) .. "-leak"))
+  end)
+
+  it("fail a case on time, expectation, needs and known_hole", function()
+    local case = { name = "self-test fail", index = 2, opts = { timeout = 0.5 },
+                   code = "import time; time.sleep(5)",
+                   expect = { reason = "exit", stdout = "never" }, needs = { "no-such-protection" },
+                   known_hole = "a described hole" }
+    local o = run_cases({ case }, prefix, 1)[case.name]
+    local text = table.concat(o.problems, "\n")
+    for _, want in ipairs({ "reason is timeout, expected exit", "stdout does not match", 'lacks "no-such-protection"',
+                            "KNOWN HOLE (fix corral, then drop known_hole): a described hole" }) do
+      assert.is_truthy(text:find(want, 1, true), "missing '" .. want .. "' in: " .. text)
+    end
+  end)
+
+  it("find a surviving process by marker in its argv, and a file in the run directory", function()
+    local marker = S.marker(prefix, 3)
+    local pid = tonumber((H.sh("bash -c 'exec -a sleep-" .. marker .. " sleep 30' >/dev/null 2>&1 & echo $!")))
+    assert.is_true(H.eventually(function() return #S.strays(nil, nil, marker) == 1 end, 2))
+    core.kill(pid, 9)
+    assert.is_true(H.eventually(function() return #S.strays(nil, nil, marker) == 0 end, 2))
+    local top = core.mkdtemp("/tmp/hostile-selftest-XXXXXX")
+    assert(core.mkdir(top .. "/code"))
+    assert(core.write_file(top .. "/code/main.py", ""))
+    assert(core.mkdir(top .. "/work"))
+    assert(core.write_file(top .. "/work/x", ""))
+    assert(core.write_file(top .. "/code/" .. marker, ""))
+    assert.are.same({ "code/" .. marker .. " (file)", "work/x (file)" }, (function()
+      local l = S.scan_top(top, true, "main.py")
+      table.sort(l)
+      return l
+    end)())
+    assert.are.same({ "code/" .. marker .. " (file)" }, S.scan_top(top, false, "main.py"))
+    assert(core.rmtree(top))
+  end)
+end)
