@@ -16,12 +16,6 @@ return {
   },
   {
     name = "a CPU loop that ignores SIGXCPU is killed at the hard limit, reason cpu",
-    known_hole = "classify() (lua/corral/policy.lua) calls a SIGKILL 'cpu' only when usage >= "
-      .. "cpu_seconds + 0.95, but on a loaded VM the kernel kills at the hard limit (cpu_seconds + 1) "
-      .. "by its own clock while getrusage() reports 10-15% less (measured here without corral too: "
-      .. "prlimit --cpu=1:2 python3 ... reports 1.73-1.89 s user when killed), so the CPU limit is "
-      .. "reported as reason 'signal'. Fix: a lower threshold (a SIGKILL after the soft limit was "
-      .. "passed, usage >= cpu_seconds), or have the launcher note the SIGXCPU it saw",
     code = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass",
     opts = { cpu_seconds = 1, timeout = 8 },   -- 2 s of CPU: room for a loaded machine
     expect = { reason = "cpu", signal = 9, timed_out = false },

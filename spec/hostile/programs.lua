@@ -99,9 +99,6 @@ print(len(data), zlib.crc32(data), data[:8].hex(), data[-8:].hex())
   },
   {
     name = "a program that sends itself SIGXCPU is not reported as out of CPU",
-    known_hole = "classify() (lua/corral/policy.lua) calls any SIGXCPU 'cpu', even when the run used "
-      .. "no CPU: a program can fake the CPU limit with os.kill(os.getpid(), SIGXCPU). Fix: require "
-      .. "usage >= cpu_seconds (minus a tick) for SIGXCPU too",
     code = "import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)",
     opts = { timeout = 2, cpu_seconds = 2 },
     expect = { reason = "signal", signal = 24 },
