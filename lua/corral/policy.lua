@@ -20,7 +20,8 @@
 -- `tail_bytes`, `code_name`.
 -- Hardening: `filesystem` ("off", "auto", "require": Landlock), `fs_read` and `fs_write` (paths
 -- the program may read and execute, or also write, besides the interpreter's own directories,
--- the code and the work dir), `deny_tcp` (Landlock's TCP wall, with `network = "new"`), `scope`
+-- the code and the work dir), `deny_tcp` (Landlock's TCP wall: true with `network = "new"`,
+-- "always" with the host network too), `scope`
 -- (Landlock scoping of signals and abstract unix sockets), `seccomp` ("off", "auto", "require"),
 -- `deny_syscalls` (names answered EPERM), `deny_sockets` ("always", "without-netns", "never":
 -- socket() of every family but AF_UNIX), `budgets` ("off", "poll", "cgroup", "auto": whole-run
@@ -151,7 +152,10 @@ function Policy:check()
   for _, k in ipairs({ "fs_read", "fs_write" }) do
     if self[k] ~= nil then check_paths(self, k, self[k]) end
   end
-  for _, k in ipairs({ "deny_tcp", "scope", "protect_controller" }) do
+  if self.deny_tcp ~= nil and self.deny_tcp ~= "always" and type(self.deny_tcp) ~= "boolean" then
+    fail(self, "deny_tcp", "must be true, false or \"always\"")
+  end
+  for _, k in ipairs({ "scope", "protect_controller" }) do
     if self[k] ~= nil then check_kind(self, k, self[k], "boolean") end
   end
   if self.deny_syscalls ~= nil then
@@ -306,7 +310,7 @@ function Policy:launch_args(opts, run, host)
     local ro, rw = self:filesystem_rules(opts, run)
     for _, p in ipairs(ro) do add("--fs-ro", p) end
     for _, p in ipairs(rw) do add("--fs-rw", p) end
-    if self.network == "new" and self.deny_tcp ~= false then add("--deny-tcp") end
+    if self.deny_tcp == "always" or (self.deny_tcp and self.network == "new") then add("--deny-tcp") end
     if self.scope ~= false then add("--scope") end
   end
   if self.seccomp and self.seccomp ~= "off" then

@@ -241,8 +241,8 @@ S.variants = {
   -- no namespace at all (as root: still the network namespace and a run uid; as nobody, whose
   -- namespaces need a user namespace: none), the run in the controller's own uid
   bare = { pid_namespace = false, user_namespace = "never" },
-  -- the host's network: only Landlock's network rules could stop a connection
-  ["host-net"] = { network = "host" },
+  -- the host's network: only Landlock's network rules can stop a connection
+  ["host-net"] = { network = "host", deny_tcp = "always" },
   -- no scratch mounts and the work dir on the host: the clean-up faces what the program planted
   ["host-work"] = { tmpfs = {}, work_mb = false },
 }
