@@ -8,6 +8,12 @@ VG="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=de
 $VG --trace-children=no ./csrc/corral-launch --report-fd 3 --pidns --net new --rlimit cpu=2 \
   --rlimit nofile=64 --env PATH=/usr/bin:/bin --chdir /tmp -- /usr/bin/python3 -I -c 'print("hi")' 3>/dev/null
 $VG --trace-children=no ./csrc/corral-launch --no-pidns -- /usr/bin/python3 -I -c 'import os; os.fork() or print(1)' >/dev/null
+# whole-run budgets: a run that stays under them, and one ended by the CPU budget (exit 137)
+$VG --trace-children=no ./csrc/corral-launch --report-fd 3 --pidns --budget-cpu-ms 5000 \
+  --budget-memory-kb 1048576 -- /usr/bin/python3 -I -c 'import os; os.fork() or print(1)' 3>/dev/null >/dev/null
+st=0; $VG --trace-children=no ./csrc/corral-launch --report-fd 3 --no-pidns --budget-cpu-ms 300 \
+  --cgroup /nonexistent -- /usr/bin/python3 -I -c 'while True: pass' 3>/dev/null || st=$?
+[ "$st" = 137 ]
 $VG --trace-children=no ./csrc/corral-launch --probe >/dev/null
 # the host module driving real runs
 $VG lua5.4 spec/valgrind_runs.lua

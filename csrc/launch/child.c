@@ -263,6 +263,8 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	if (step_die_with_parent(parent) != 0)
 		_exit(EXIT_SETUP);      /* the supervisor is gone: nobody to tell */
 	step_send_pid(errfd);
+	if (budget_join() != 0)                 /* the run cgroup, while we have our uid */
+		die(errfd, W_CGROUP, errno);
 	step_rlimits(p);
 	step_ids(L, errfd, parent);
 	step_no_new_privs();

@@ -7,6 +7,7 @@
  *   mounts.c     the init's mount namespace: private /proc, --tmpfs, --ro-bind, --work-tmpfs
  *   supervise.c  init (PID namespace) or subreaper loops, exit mirroring
  *   sweep.c      without a PID namespace: the tree kill, the uid sweep, --kill-uid
+ *   budget.c     whole-run CPU and memory budgets: polling, or a cgroup v2 (--cgroup)
  *   child.c      the program's steps between fork and execve
  *   probe.c      --probe
  *
@@ -156,6 +157,24 @@ void sweep_tree(const struct plan *p, int sigfd, pid_t prog, int *prog_reaped, i
 int sweep_kill_uid(uid_t uid);
 
 long long now_ms(void);                         /* CLOCK_MONOTONIC */
+
+/* ---- budget.c: whole-run budgets (--budget-*, --cgroup) ---- */
+
+/* A, before the namespaces: the run cgroup, the applied/refused lines. 0, or -1 after a fatal
+ * line (--cgroup-require). Without budgets and --cgroup: nothing. */
+int budget_prepare(const struct launch *L);
+/* C, before it changes uid: joins the run cgroup (async-signal-safe). 0, or -1 with errno. */
+int budget_join(void);
+/* The supervisor (B or A): */
+int budget_active(void);        /* 1: a budget or a run cgroup (the run is killed before the
+				 * final report, and a total line follows usage) */
+int budget_wait_ms(void);       /* ms to the next tick (0: due), or -1: no budget, wait forever */
+int budget_check(void);         /* when the tick is due, measure: 1 when over a budget (the
+				 * exceeded line is written): end the run */
+void budget_finish(void);       /* the run is over, before status: final measure, the run
+				 * cgroup emptied and removed */
+void budget_report_total(const struct rusage *ru);     /* "total", after usage */
+void budget_cleanup(void);      /* A at the end, whatever happened: the run cgroup is removed */
 
 /* ---- probe.c ---- */
 

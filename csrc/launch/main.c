@@ -154,7 +154,9 @@ int main(int argc, char **argv)
 	if (supervise_prepare(&L) != 0 ||       /* signals: blocked, read from a signalfd */
 	    step_session() != 0 ||              /* 1. setsid */
 	    step_die_with_parent(&plan) != 0 || /* 2. PR_SET_PDEATHSIG, --parent-pid */
+	    budget_prepare(&L) != 0 ||          /* 2b. budgets: the run cgroup (budget.c) */
 	    ns_apply(&L) != 0) {                /* 3. namespaces */
+		budget_cleanup();
 		plan_free(&plan);
 		_exit(EXIT_SETUP);
 	}

@@ -272,6 +272,12 @@ static const char *generic(int err)
 	}
 }
 
+#define CGROUP_DELEGATE \
+	"to delegate, give the launcher's uid a cgroup v2 subtree (systemd: a unit or scope " \
+	"with Delegate=yes; by hand: mkdir D; chown UID D D/cgroup.procs D/cgroup.threads " \
+	"D/cgroup.subtree_control), run the controller in a leaf of it (D/ctl) and pass a " \
+	"sibling (D/runs) with memory and pids enabled in its cgroup.subtree_control as --cgroup"
+
 static const char userns_hint[] =
 	"check the sysctls kernel.unprivileged_userns_clone (must be 1) and "
 	"user.max_user_namespaces (must be > 0), and kernel.apparmor_restrict_unprivileged_userns "
@@ -431,9 +437,39 @@ const char *explain(enum what w, int err)
 		if (err == EAGAIN)
 			return "cannot fork the helper: a process limit was reached";
 		break;
+	case W_CGROUP:
+		switch (err) {
+		case ENOENT:
+		case ENOTDIR:
+			return "--cgroup must be an existing directory of the cgroup v2 hierarchy; "
+			       CGROUP_DELEGATE;
+		case EINVAL:
+			return "--cgroup is not in a cgroup v2 (cgroup2) file system; on a hybrid "
+			       "host it is the one mounted at /sys/fs/cgroup/unified; " CGROUP_DELEGATE;
+		case EOPNOTSUPP:
+			return "the run cgroup needs the memory and pids controllers: they must be "
+			       "available to DIR (in its cgroup.controllers: enabled in its parent's "
+			       "cgroup.subtree_control, and not bound to a cgroup v1 hierarchy) and "
+			       "enabled for its children with echo +memory +pids > "
+			       "DIR/cgroup.subtree_control; " CGROUP_DELEGATE;
+		case EACCES:
+		case EPERM:
+		case EROFS:
+			return "the launcher's uid may not make a cgroup in DIR or move a process into "
+			       "it: " CGROUP_DELEGATE;
+		case EBUSY:
+			return "the run cgroup cannot take processes (is DIR a threaded cgroup?); "
+			       CGROUP_DELEGATE;
+		case EAGAIN:
+			return "cgroup.max.descendants or cgroup.max.depth of DIR or an ancestor was "
+			       "reached";
+		case EEXIST:
+			return "every name tried for the run cgroup exists: remove stale empty "
+			       "DIR/corral-* cgroups";
+		}
+		break;
 	case W_LANDLOCK:
 	case W_SECCOMP:
-	case W_CGROUP:
 	case W_RLIMIT:
 	case W_COUNT:
 		break;

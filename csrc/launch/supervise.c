@@ -165,6 +165,7 @@ static void prog_finish(struct prog *c, struct outcome *out)
 	struct rusage ru;
 	int st = c->reaped ? c->wstatus : SIGKILL;  /* never reaped: it died with the tree */
 
+	budget_finish();
 	if (c->have_fatal) {
 		int w = c->fatal_what;
 
@@ -177,8 +178,10 @@ static void prog_finish(struct prog *c, struct outcome *out)
 		return;
 	}
 	report_status(st);
-	if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+	if (getrusage(RUSAGE_CHILDREN, &ru) == 0) {
 		report_usage(&ru);
+		budget_report_total(&ru);
+	}
 	if (WIFSIGNALED(st)) {
 		out->kind = OUTCOME_SIGNAL;
 		out->value = WTERMSIG(st);
@@ -219,11 +222,13 @@ static int launcher_gone(int outfd)
 
 /* B waits with sigwaitinfo() on SIGCHLD and the stop signals, which stay blocked (inherited
  * from A), so no wakeup is lost. A stop signal counts only from outside the namespace (si_pid 0):
- * the program may not end its own supervision. */
+ * the program may not end its own supervision. With a budget, the wait ends at each tick, and a
+ * run over budget is ended as on a stop signal. */
 static int init_wait(struct prog *c)
 {
 	sigset_t set;
 	siginfo_t si;
+	int ms;
 
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
@@ -236,8 +241,17 @@ static int init_wait(struct prog *c)
 			;
 		if (c->reaped)
 			return 0;
-		if (sigwaitinfo(&set, &si) < 0)
+		if (budget_check())
+			return 1;
+		ms = budget_wait_ms();
+		if (ms >= 0) {
+			struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+			if (sigtimedwait(&set, &si, &ts) < 0)
+				continue;       /* EAGAIN: the tick; EINTR */
+		} else if (sigwaitinfo(&set, &si) < 0) {
 			continue;       /* EINTR */
+		}
 		if (si.si_signo != SIGCHLD && si.si_pid == 0)
 			return 1;
 	}
@@ -275,7 +289,9 @@ static NORETURN void init_main(struct launch *L, int outfd)
 		null_stdio();
 		while (c.errfd >= 0)
 			prog_read(&c);
-		if (init_wait(&c))
+		/* With a budget, the rest of the namespace is killed and reaped before the report,
+		 * so that usage and total count it. */
+		if (init_wait(&c) || budget_active())
 			init_kill_all(&c);
 		prog_finish(&c, &o);
 	}
@@ -370,9 +386,12 @@ static void run_pidns(struct launch *L, struct outcome *out)
 		/* B did not tell: it was killed before C was reaped. */
 		struct rusage ru;
 
+		budget_finish();
 		report_status(SIGKILL);
-		if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+		if (getrusage(RUSAGE_CHILDREN, &ru) == 0) {
 			report_usage(&ru);
+			budget_report_total(&ru);
+		}
 		out->kind = OUTCOME_SIGNAL;
 		out->value = SIGKILL;
 	}
@@ -408,7 +427,7 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 			{ c.errfd, POLLIN, 0 },         /* -1 after EOF: ignored */
 		};
 
-		if (poll(fds, 2, -1) < 0 && errno != EINTR)
+		if (poll(fds, 2, budget_wait_ms()) < 0 && errno != EINTR)
 			stop = 1;       /* cannot wait properly: end the run rather than spin */
 		if (fds[1].revents && c.errfd >= 0)
 			prog_read(&c);
@@ -416,6 +435,8 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 			stop = 1;
 		while (reap_one(&c) > 0)
 			;
+		if (!c.reaped && !stop && budget_check())
+			stop = 1;       /* over a budget: end the run as on SIGTERM */
 	}
 	/* C has ended, or the run is being ended: nothing else may survive it. */
 	sweep_tree(p, L->sigfd, c.pid, &c.reaped, &c.wstatus);
@@ -430,6 +451,7 @@ void supervise_run(struct launch *L, struct outcome *out)
 		run_pidns(L, out);
 	else
 		run_subreaper(L, out);
+	budget_cleanup();
 }
 
 /* Exit as the program did: its code, or its signal on ourselves (no core dump). */

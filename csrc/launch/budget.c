@@ -1,0 +1,907 @@
+/* budget.c: whole-run budgets of CPU time and memory, enforced by the supervisor.
+ *
+ * The rlimits (child.c) bound each process; a budget bounds the run as a whole: every process
+ * of it together, those already gone included. Two modes:
+ *
+ * Polling (always available). The supervisor (B, the init of a PID namespace, or A, the
+ * subreaper) wakes every --budget-poll-ms and walks the run: its own descendants, which are
+ * exactly the run because orphans are re-parented to it in both modes. The walk starts at
+ * /proc/thread-self/children and goes breadth-first through /proc/PID/task/TID/children (never
+ * a listing of /proc: without a PID namespace that would be the host's processes). It sums
+ *   CPU     the larger of two lower bounds:
+ *           exact: getrusage(RUSAGE_CHILDREN) of the supervisor (every process of the run it
+ *             reaped, with what they had reaped themselves) + utime+stime+cutime+cstime of
+ *             every live or zombie process (/proc/PID/stat; cutime covers the children it
+ *             reaped itself): each process is counted once, by whoever holds its times now.
+ *             Parents are read before their children, so a reap during the walk can only hide
+ *             a process for one tick, never count it twice; a pid seen twice in one walk (a
+ *             thread exiting moves its children to another thread) is skipped. It misses the
+ *             processes the kernel reaps itself (their parent ignores SIGCHLD): their times go
+ *             to nobody;
+ *           integral: every process's own utime+stime as the ticks saw it grow, keyed by pid
+ *             and start time against the previous tick's walk. It misses what a process spent
+ *             after the last tick that saw it.
+ *   memory  resident pages of every live process (field 24 of /proc/PID/stat, the same
+ *           get_mm_rss() as field 2 of /proc/PID/statm, read in the same open), summed; the
+ *           peak is kept.
+ * Over a budget: one line "exceeded cpu USED_MS LIMIT_MS" or "exceeded memory USED_KB
+ * LIMIT_KB", and the supervisor ends the run as on SIGTERM. The walk reads at most WALK_MAX
+ * tasks (processes, and the extra threads of multi-threaded ones, whose children lists are read
+ * one by one) per tick: a run with more cannot be measured whole, so it is ended as over a
+ * budget, "exceeded tasks N WALK_MAX". Per tick: no allocation (static tables for the walk and
+ * the previous tick's view, stack buffers for the files); the next tick is poll_ms after the end
+ * of this one, so a large tree cannot keep the supervisor busy all the time. Without a budget
+ * none of this runs.
+ *
+ * cgroup v2 (--cgroup DIR, a delegated directory whose cgroup.subtree_control enables memory
+ * and pids). Before the namespaces, A makes DIR/corral-<A's pid>, writes memory.max (the memory
+ * budget), memory.swap.max 0, memory.oom.group 1 and pids.max (--rlimit nproc), opens its
+ * cgroup.procs, and checks with a throwaway child that a process can be moved in (that needs
+ * write access to the cgroup.procs of the common ancestor of A's cgroup and DIR: the launcher
+ * must run inside the delegated subtree). C joins it by writing "0" to that fd, before it
+ * changes uid and before execve (budget_join): nothing of the program runs outside it. The
+ * kernel then enforces memory.max (an OOM kill inside the cgroup, which memory.events counts:
+ * "exceeded memory"); the tick reads cpu.stat usage_usec for the CPU budget. At the end:
+ * cgroup.kill, the totals from cpu.stat and memory.peak, memory.events, rmdir. A cgroup that
+ * cannot be used is "refused cgroup ERRNO DIR (what): how to delegate", and the budgets are
+ * polled; with --cgroup-require it is "fatal cgroup" and nothing runs.
+ *
+ * The state is this file's: the launcher is one process, B and C inherit it with fork().
+ */
+#include "launch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+
+#define WALK_MAX 4096           /* tasks read per tick; more: the run is ended */
+#define WALK_SLOTS 8192         /* pids seen in a tick: open addressing, a power of 2 > 2 * max */
+#define CG_END_MS 1000          /* at the end, how long the run cgroup may take to empty */
+#define CG_NAME_TRIES 8
+
+static struct {
+	int on;                 /* a budget is set: the supervisor ticks */
+	int over;               /* the exceeded line was written */
+	unsigned long long cpu_limit_us;        /* 0: no CPU budget */
+	unsigned long long mem_limit_kb;        /* 0: no memory budget */
+	long long poll_ms, next_ms;
+	long clk_tck;
+	unsigned long long page_kb;
+	unsigned long long cpu_us;      /* the highest CPU total measured */
+	unsigned long long live_us;     /* at the last measurement: CPU of the processes alive */
+	unsigned long long integral_ticks;      /* own CPU of every process the ticks saw */
+	unsigned long long peak_kb;     /* the highest summed RSS (polling) or memory.peak */
+	/* cgroup mode */
+	int cg;                 /* 1: the run cgroup exists and is in use */
+	int cg_made;            /* 1: it was made (stays set once it is removed) */
+	int cg_parent;          /* DIR (O_PATH) */
+	int cg_dir;             /* DIR/NAME (O_PATH) */
+	int cg_procs;           /* DIR/NAME/cgroup.procs, for C */
+	int cg_cpu;             /* cpu.stat */
+	int cg_events;          /* memory.events */
+	int cg_peak;            /* memory.peak, or memory.current before Linux 5.19 */
+	int cg_kill;            /* cgroup.kill (Linux 5.14) */
+	char cg_name[48];
+} bud = {
+	.cg_parent = -1, .cg_dir = -1, .cg_procs = -1, .cg_cpu = -1, .cg_events = -1,
+	.cg_peak = -1, .cg_kill = -1,
+};
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static void report_exceeded(const char *what, unsigned long long used, unsigned long long limit)
+{
+	struct line l;
+
+	if (bud.over)
+		return;
+	bud.over = 1;
+	line_start(&l, "exceeded ");
+	line_add(&l, what);
+	line_add(&l, " ");
+	line_num(&l, used);
+	line_add(&l, " ");
+	line_num(&l, limit);
+	line_send(&l, report_get_fd());
+}
+
+/* ---- polling: the walk ---- */
+
+/* One process as a tick saw it. */
+struct seen {
+	pid_t pid;
+	int read;                       /* its stat was read (else: gone before) */
+	unsigned long long start;       /* starttime: tells a reused pid apart */
+	unsigned long long own;         /* utime+stime, ticks */
+};
+
+/* The walk of one tick, and what the previous tick saw (for the integral, below): two
+ * generations of the same tables, static so that no tick allocates and nothing big sits on the
+ * stack. gen[cur] is the last complete tick. */
+static struct walk {
+	size_t n;                       /* pids queued */
+	size_t tasks;                   /* pids queued + the extra threads of those read */
+	int full;                       /* more than WALK_MAX tasks */
+	unsigned long long full_ticks;  /* utime+stime+cutime+cstime of the live and zombies */
+	unsigned long long own_new;     /* own CPU the previous tick had not seen, ticks */
+	unsigned long long pages;       /* resident pages */
+	int cur;
+	unsigned long long boot[2];     /* CLOCK_BOOTTIME at the start of the walk, clock ticks */
+	size_t count[2];
+	struct seen gen[2][WALK_MAX];   /* gen[g][0..count[g]): the queue of that tick */
+	unsigned short slot[2][WALK_SLOTS];     /* pid hash: index + 1 into gen[g]; 0 empty */
+} W;
+
+static size_t pid_hash(pid_t pid)
+{
+	return ((unsigned long)pid * 2654435761UL) & (WALK_SLOTS - 1);
+}
+
+/* The entry of pid in generation g, or NULL. */
+static const struct seen *walk_find(int g, pid_t pid)
+{
+	size_t h = pid_hash(pid);
+
+	while (W.slot[g][h]) {
+		const struct seen *e = &W.gen[g][W.slot[g][h] - 1];
+
+		if (e->pid == pid)
+			return e;
+		h = (h + 1) & (WALK_SLOTS - 1);
+	}
+	return NULL;
+}
+
+/* Queues pid in the generation being walked, once. */
+static void walk_add(long pid)
+{
+	int g = !W.cur;
+	size_t h;
+
+	if (pid <= 0 || pid > INT_MAX)
+		return;
+	h = pid_hash((pid_t)pid);
+	while (W.slot[g][h]) {
+		if (W.gen[g][W.slot[g][h] - 1].pid == (pid_t)pid)
+			return;
+		h = (h + 1) & (WALK_SLOTS - 1);
+	}
+	W.tasks++;
+	if (W.n == WALK_MAX || W.tasks > WALK_MAX) {
+		W.full = 1;
+		return;
+	}
+	W.gen[g][W.n].pid = (pid_t)pid;
+	W.gen[g][W.n].read = 0;
+	W.slot[g][h] = (unsigned short)(W.n + 1);
+	W.n++;
+}
+
+/* Queues the decimal pids of a children file. A number may run on into the next read. */
+static void read_children(int dfd, const char *path)
+{
+	char buf[2048];
+	long pid = 0;
+	int in = 0, fd = openat(dfd, path, O_RDONLY | O_CLOEXEC);
+	ssize_t n, i;
+
+	if (fd < 0)
+		return;         /* gone */
+	while ((n = read(fd, buf, sizeof buf)) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		for (i = 0; i < n; i++) {
+			if (buf[i] >= '0' && buf[i] <= '9') {
+				if (pid < INT_MAX)
+					pid = pid * 10 + (buf[i] - '0');
+				in = 1;
+			} else if (in) {
+				walk_add(pid);
+				pid = 0;
+				in = 0;
+			}
+		}
+	}
+	if (in)
+		walk_add(pid);
+	close(fd);
+}
+
+struct pstat {
+	char state;
+	unsigned long long own;         /* utime+stime, ticks */
+	unsigned long long children;    /* cutime+cstime, ticks */
+	unsigned long long threads;
+	unsigned long long start;       /* starttime */
+	unsigned long long rss;         /* pages */
+};
+
+/* /proc/PID/stat: "pid (comm) S ppid ..." (comm may hold spaces and parens): 0, or -1 when the
+ * process is gone. Fields are numbered from 1; negative values count as 0. */
+static int read_stat(pid_t pid, struct pstat *s)
+{
+	char path[32], buf[1024];
+	unsigned long long f[25] = { 0 };
+	const char *p;
+	ssize_t n;
+	int fd, field = 3;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	do
+		n = read(fd, buf, sizeof buf - 1);
+	while (n < 0 && errno == EINTR);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (!p || p[1] != ' ' || !p[2])
+		return -1;
+	s->state = p[2];
+	for (p += 3; *p && field < 24;) {
+		unsigned long long v = 0;
+		int neg = 0;
+
+		while (*p == ' ')
+			p++;
+		field++;
+		if (*p == '-') {
+			neg = 1;
+			p++;
+		}
+		for (; *p >= '0' && *p <= '9'; p++)
+			v = v * 10 + (unsigned long long)(*p - '0');
+		while (*p && *p != ' ')
+			p++;
+		f[field] = neg ? 0 : v;
+	}
+	if (field < 24)
+		return -1;
+	s->own = f[14] + f[15];
+	s->children = f[16] + f[17];
+	s->threads = f[20];
+	s->start = f[22];
+	s->rss = f[24];
+	return 0;
+}
+
+/* The children of every thread of a multi-threaded process. */
+static void read_thread_children(pid_t pid)
+{
+	char path[32], buf[2048];
+	int dfd;
+
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	while (!W.full) {
+		long n = syscall(SYS_getdents64, dfd, buf, sizeof buf);
+		long off;
+
+		if (n <= 0)
+			break;
+		for (off = 0; off < n && !W.full;) {
+			struct dirent64 *d = (struct dirent64 *)(void *)(buf + off);
+			char sub[48];
+
+			off += d->d_reclen;
+			if (d->d_name[0] < '0' || d->d_name[0] > '9')
+				continue;
+			snprintf(sub, sizeof sub, "%.20s/children", d->d_name);
+			read_children(dfd, sub);
+		}
+	}
+	close(dfd);
+}
+
+static unsigned long long boot_ticks(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_BOOTTIME, &ts) != 0)
+		return 0;
+	return ((unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec) /
+	       (1000000000ULL / (unsigned long long)bud.clk_tck);
+}
+
+/* Own CPU of a process that the previous walk did not see, as far as it is new: all of it when
+ * it started after that walk (or there was none); else the walk missed it (its parent died
+ * while we walked, and it was on its way to us), and what it spent before was counted then: at
+ * most what it could spend since. */
+static unsigned long long own_unseen(const struct pstat *s, unsigned long long now)
+{
+	unsigned long long prev = W.boot[W.cur], bound;
+
+	if (!prev || s->start + 1 >= prev)
+		return s->own;
+	bound = (now - prev + 1) * (s->threads ? s->threads : 1);
+	return s->own < bound ? s->own : bound;
+}
+
+/* One walk of the run, breadth-first from our own children; fills W. */
+static void walk_run(void)
+{
+	int g = !W.cur;
+	size_t i;
+
+	W.n = 0;
+	W.tasks = 0;
+	W.full = 0;
+	W.full_ticks = 0;
+	W.own_new = 0;
+	W.pages = 0;
+	memset(W.slot[g], 0, sizeof W.slot[g]);
+	W.boot[g] = boot_ticks();
+	read_children(AT_FDCWD, "/proc/thread-self/children");
+	for (i = 0; i < W.n && !W.full; i++) {
+		char path[48];
+		struct pstat s;
+		struct seen *e = &W.gen[g][i];
+		const struct seen *before;
+
+		if (read_stat(e->pid, &s) != 0)
+			continue;       /* reaped since it was listed: its times are with its reaper */
+		e->read = 1;
+		e->start = s.start;
+		e->own = s.own;
+		W.full_ticks += s.own + s.children;
+		W.pages += s.rss;
+		before = walk_find(W.cur, e->pid);
+		if (before && before->read && before->start == s.start)
+			W.own_new += s.own > before->own ? s.own - before->own : 0;
+		else
+			W.own_new += own_unseen(&s, W.boot[g]);
+		if (s.state == 'Z' || s.state == 'X')
+			continue;       /* its children went to us (or its other threads) */
+		if (s.threads > 1) {
+			W.tasks += s.threads - 1;
+			if (W.tasks > WALK_MAX) {
+				W.full = 1;
+				break;
+			}
+			read_thread_children(e->pid);
+		} else {
+			snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)e->pid,
+				 (int)e->pid);
+			read_children(AT_FDCWD, path);
+		}
+	}
+	W.count[g] = W.n;
+	W.cur = g;
+}
+
+static unsigned long long tv_us(const struct timeval *tv)
+{
+	return (unsigned long long)tv->tv_sec * 1000000ULL + (unsigned long long)tv->tv_usec;
+}
+
+static unsigned long long ticks_us(unsigned long long ticks)
+{
+	return ticks * 1000000ULL / (unsigned long long)bud.clk_tck;
+}
+
+/* One measurement of the run (see the top of the file); the CPU total is the larger of
+ *   exact     RUSAGE_CHILDREN + the full times of the processes alive now, and
+ *   integral  every process's own CPU as the ticks saw it grow,
+ * both lower bounds: the first misses the processes the kernel reaped with no trace (their
+ * parent ignores SIGCHLD), the second what a process spent after the last tick that saw it. */
+static void measure_walk(void)
+{
+	struct rusage ru;
+	unsigned long long reaped = 0, cpu, kb;
+
+	/* Before the walk: what we reaped is in here, what we did not yet is still in /proc. */
+	if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+		reaped = tv_us(&ru.ru_utime) + tv_us(&ru.ru_stime);
+	walk_run();
+	bud.integral_ticks += W.own_new;
+	bud.live_us = ticks_us(W.full_ticks);
+	cpu = reaped + bud.live_us;
+	if (ticks_us(bud.integral_ticks) > cpu)
+		cpu = ticks_us(bud.integral_ticks);
+	kb = W.pages * bud.page_kb;
+	if (cpu > bud.cpu_us)
+		bud.cpu_us = cpu;
+	if (kb > bud.peak_kb)
+		bud.peak_kb = kb;
+}
+
+/* The tick in polling mode: 1 when the run is over a budget (the line is written). */
+static int measure_poll(void)
+{
+	unsigned long long kb;
+
+	measure_walk();
+	kb = W.pages * bud.page_kb;
+	if (W.full) {
+		report_exceeded("tasks", W.tasks, WALK_MAX);
+		return 1;
+	}
+	if (bud.cpu_limit_us && bud.cpu_us > bud.cpu_limit_us) {
+		report_exceeded("cpu", (bud.cpu_us + 999) / 1000, bud.cpu_limit_us / 1000);
+		return 1;
+	}
+	if (bud.mem_limit_kb && kb > bud.mem_limit_kb) {
+		report_exceeded("memory", kb, bud.mem_limit_kb);
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- cgroup v2 ---- */
+
+/* The value of "KEY N" in a flat-keyed cgroup file (read again from offset 0); -1: absent. */
+static long long cg_key(int fd, const char *key)
+{
+	char buf[1024];
+	size_t klen = strlen(key);
+	ssize_t n;
+	char *p;
+
+	if (fd < 0)
+		return -1;
+	do
+		n = pread(fd, buf, sizeof buf - 1, 0);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	for (p = buf; *p;) {
+		if (strncmp(p, key, klen) == 0 && p[klen] == ' ') {
+			long long v = 0;
+
+			for (p += klen + 1; *p >= '0' && *p <= '9'; p++)
+				v = v * 10 + (*p - '0');
+			return v;
+		}
+		p = strchr(p, '\n');
+		if (!p)
+			break;
+		p++;
+	}
+	return -1;
+}
+
+/* A single-valued file: its number, -1 when unreadable. */
+static long long cg_value(int fd)
+{
+	char buf[32];
+	long long v = 0;
+	ssize_t n, i;
+
+	if (fd < 0)
+		return -1;
+	do
+		n = pread(fd, buf, sizeof buf - 1, 0);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return -1;
+	for (i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+		v = v * 10 + (buf[i] - '0');
+	return i > 0 ? v : -1;
+}
+
+static int cg_write(int dfd, const char *file, const char *value)
+{
+	int fd = openat(dfd, file, O_WRONLY | O_CLOEXEC);
+	size_t len = strlen(value);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	do
+		n = write(fd, value, len);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)len) {
+		int err = n < 0 ? errno : EIO;
+
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/* 1 when the whitespace-separated word is in the file dfd/file; 0 when not; -1 unreadable. */
+static int cg_has(int dfd, const char *file, const char *word)
+{
+	char buf[512];
+	size_t wlen = strlen(word);
+	int fd = openat(dfd, file, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	char *p;
+
+	if (fd < 0)
+		return -1;
+	do
+		n = read(fd, buf, sizeof buf - 1);
+	while (n < 0 && errno == EINTR);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	for (p = buf; (p = strstr(p, word)) != NULL; p += wlen)
+		if ((p == buf || p[-1] == ' ') &&
+		    (p[wlen] == ' ' || p[wlen] == '\n' || p[wlen] == '\0'))
+			return 1;
+	return 0;
+}
+
+static void cg_kill_now(void)
+{
+	ssize_t n;
+
+	if (bud.cg_kill < 0)
+		return;
+	do
+		n = pwrite(bud.cg_kill, "1", 1, 0);
+	while (n < 0 && errno == EINTR);
+}
+
+/* 1 when DIR/NAME is still the cgroup we made (B may have removed it, and a launcher of the
+ * same pid in another PID namespace sharing DIR may have made one of that name since). */
+static int cg_ours(void)
+{
+	struct stat a, b;
+
+	return fstat(bud.cg_dir, &a) == 0 &&
+	       fstatat(bud.cg_parent, bud.cg_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Empties and removes the run cgroup; once. */
+static void cg_remove(void)
+{
+	long long deadline = now_ms() + CG_END_MS;
+
+	if (bud.cg_parent < 0)
+		return;
+	close_fd(&bud.cg_procs);
+	close_fd(&bud.cg_cpu);
+	close_fd(&bud.cg_events);
+	close_fd(&bud.cg_peak);
+	while (cg_ours() && unlinkat(bud.cg_parent, bud.cg_name, AT_REMOVEDIR) != 0 &&
+	       errno == EBUSY && now_ms() < deadline) {
+		cg_kill_now();          /* still has processes: again, and wait a little */
+		poll(NULL, 0, 10);
+	}
+	close_fd(&bud.cg_kill);
+	close_fd(&bud.cg_dir);
+	close_fd(&bud.cg_parent);
+	bud.cg = 0;
+}
+
+/* The tick in cgroup mode. */
+static int measure_cgroup(void)
+{
+	long long v;
+
+	if (bud.mem_limit_kb) {
+		v = cg_value(bud.cg_peak);
+		if (v >= 0 && (unsigned long long)v / 1024 > bud.peak_kb)
+			bud.peak_kb = (unsigned long long)v / 1024;
+		if (cg_key(bud.cg_events, "oom_kill") > 0) {
+			report_exceeded("memory", bud.peak_kb, bud.mem_limit_kb);
+			return 1;
+		}
+	}
+	if (bud.cpu_limit_us) {
+		v = cg_key(bud.cg_cpu, "usage_usec");
+		if (v >= 0 && (unsigned long long)v > bud.cpu_us)
+			bud.cpu_us = (unsigned long long)v;
+		if (bud.cpu_us > bud.cpu_limit_us) {
+			report_exceeded("cpu", (bud.cpu_us + 999) / 1000, bud.cpu_limit_us / 1000);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Undoes what cg_setup() did so far; detail gets "DIR (what is wrong)". Returns err. */
+static int cg_fail(int err, char *detail, size_t len, const char *dir, const char *what)
+{
+	snprintf(detail, len, "%s (%s)", dir, what);
+	close_fd(&bud.cg_procs);
+	close_fd(&bud.cg_cpu);
+	close_fd(&bud.cg_events);
+	close_fd(&bud.cg_peak);
+	close_fd(&bud.cg_kill);
+	if (bud.cg_dir >= 0) {
+		close_fd(&bud.cg_dir);
+		unlinkat(bud.cg_parent, bud.cg_name, AT_REMOVEDIR);
+	}
+	close_fd(&bud.cg_parent);
+	return err;
+}
+
+/* A throwaway child moves itself in as C will (same creds, same cgroup, same fd): 0 or errno. */
+static int cg_try_join(void)
+{
+	int st;
+	pid_t h = fork();
+
+	if (h < 0)
+		return errno;
+	if (h == 0) {
+		ssize_t n = write(bud.cg_procs, "0", 1);
+
+		_exit(n == 1 ? 0 : (errno > 0 && errno < 256 ? errno : EIO));
+	}
+	while (waitpid(h, &st, 0) < 0)
+		if (errno != EINTR)
+			return errno;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : EIO;
+}
+
+static int cg_open(const char *file, int flags)
+{
+	return openat(bud.cg_dir, file, flags | O_CLOEXEC);
+}
+
+/* Makes and configures the run cgroup: 0, or an errno with detail filled. */
+static int cg_setup(const struct plan *p, char *detail, size_t len)
+{
+	const char *dir = p->cgroup;
+	static const char *const need[] = { "memory", "pids" };
+	struct statfs sf;
+	char num[32];
+	int i, err;
+
+	bud.cg_parent = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (bud.cg_parent < 0)
+		return cg_fail(errno, detail, len, dir, errno == ENOENT ? "no such directory" :
+			       "cannot open the directory");
+	if (fstatfs(bud.cg_parent, &sf) != 0)
+		return cg_fail(errno, detail, len, dir, "statfs failed");
+	if (sf.f_type != CGROUP2_SUPER_MAGIC)
+		return cg_fail(EINVAL, detail, len, dir, "not in a cgroup2 file system");
+	for (i = 0; i < 2; i++) {
+		char what[96];
+		int r = cg_has(bud.cg_parent, "cgroup.controllers", need[i]);
+
+		if (r < 0)
+			return cg_fail(errno, detail, len, dir, "cannot read cgroup.controllers");
+		if (r == 0) {
+			snprintf(what, sizeof what, "the %s controller is not in its cgroup.controllers",
+				 need[i]);
+			return cg_fail(EOPNOTSUPP, detail, len, dir, what);
+		}
+		if (cg_has(bud.cg_parent, "cgroup.subtree_control", need[i]) != 1) {
+			snprintf(what, sizeof what,
+				 "the %s controller is not enabled in its cgroup.subtree_control",
+				 need[i]);
+			return cg_fail(EOPNOTSUPP, detail, len, dir, what);
+		}
+	}
+	/* corral-PID, or a suffixed name if a launcher of the same pid (another PID namespace, or
+	 * one killed before it could clean up) left that one: never remove what is not ours. */
+	for (i = 0; i < CG_NAME_TRIES; i++) {
+		if (i == 0)
+			snprintf(bud.cg_name, sizeof bud.cg_name, "corral-%d", (int)getpid());
+		else
+			snprintf(bud.cg_name, sizeof bud.cg_name, "corral-%d-%lld", (int)getpid(),
+				 (long long)(now_ms() * 7 + i) % 1000000);
+		if (mkdirat(bud.cg_parent, bud.cg_name, 0755) == 0)
+			break;
+		if (errno != EEXIST)
+			return cg_fail(errno, detail, len, dir, "cannot make the run cgroup in it");
+	}
+	if (i == CG_NAME_TRIES)
+		return cg_fail(EEXIST, detail, len, dir, "no free name for the run cgroup");
+	bud.cg_dir = openat(bud.cg_parent, bud.cg_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (bud.cg_dir < 0) {
+		err = errno;
+		unlinkat(bud.cg_parent, bud.cg_name, AT_REMOVEDIR);
+		return cg_fail(err, detail, len, dir, "cannot open the run cgroup");
+	}
+	if (p->budget_memory_kb) {
+		snprintf(num, sizeof num, "%llu", p->budget_memory_kb * 1024ULL);
+		if (cg_write(bud.cg_dir, "memory.max", num) != 0)
+			return cg_fail(errno, detail, len, dir, "cannot write memory.max");
+	}
+	/* No swap: memory.max must bound what the run holds. Without swap accounting the file is
+	 * absent, and there is nothing to bound. */
+	if (cg_write(bud.cg_dir, "memory.swap.max", "0") != 0 && errno != ENOENT)
+		return cg_fail(errno, detail, len, dir, "cannot write memory.swap.max");
+	/* An OOM kill takes the whole run, as the polling mode ends it. */
+	cg_write(bud.cg_dir, "memory.oom.group", "1");
+	if (p->rlimit[PLAN_RL_NPROC].set) {
+		snprintf(num, sizeof num, "%llu", p->rlimit[PLAN_RL_NPROC].value);
+		if (cg_write(bud.cg_dir, "pids.max", num) != 0)
+			return cg_fail(errno, detail, len, dir, "cannot write pids.max");
+	}
+	bud.cg_procs = cg_open("cgroup.procs", O_WRONLY);
+	if (bud.cg_procs < 0)
+		return cg_fail(errno, detail, len, dir, "cannot open the run cgroup's cgroup.procs");
+	err = cg_try_join();
+	if (err)
+		return cg_fail(err, detail, len, dir,
+			       "cannot move a process into the run cgroup: the launcher's own cgroup "
+			       "is not in the same delegated subtree");
+	bud.cg_cpu = cg_open("cpu.stat", O_RDONLY);
+	if (bud.cg_cpu < 0)
+		return cg_fail(errno, detail, len, dir, "cannot open the run cgroup's cpu.stat");
+	bud.cg_events = cg_open("memory.events", O_RDONLY);
+	if (bud.cg_events < 0)
+		return cg_fail(errno, detail, len, dir, "cannot open the run cgroup's memory.events");
+	bud.cg_peak = cg_open("memory.peak", O_RDONLY);
+	if (bud.cg_peak < 0)
+		bud.cg_peak = cg_open("memory.current", O_RDONLY);
+	if (bud.cg_peak < 0)
+		return cg_fail(errno, detail, len, dir, "cannot open the run cgroup's memory.current");
+	bud.cg_kill = cg_open("cgroup.kill", O_WRONLY);  /* before Linux 5.14: the kill(2)s do */
+	bud.cg = 1;
+	bud.cg_made = 1;
+	return 0;
+}
+
+/* ---- the supervisor's side ---- */
+
+int budget_prepare(const struct launch *L)
+{
+	const struct plan *p = L->plan;
+	long pagesize;
+
+	if (!p->cgroup && !p->budget_cpu_ms && !p->budget_memory_kb)
+		return 0;
+	bud.clk_tck = sysconf(_SC_CLK_TCK);
+	if (bud.clk_tck <= 0)
+		bud.clk_tck = 100;
+	pagesize = sysconf(_SC_PAGESIZE);
+	bud.page_kb = pagesize >= 1024 ? (unsigned long long)pagesize / 1024 : 4;
+	if (p->cgroup) {
+		char detail[PATH_MAX + 160];
+		int err = cg_setup(p, detail, sizeof detail);
+
+		if (err && p->cgroup_require) {
+			report_fatal(W_CGROUP, err, detail);
+			return -1;
+		}
+		if (err)
+			report_refused_at("cgroup", err, detail, explain(W_CGROUP, err));
+		else
+			report_applied("cgroup");
+	}
+	bud.cpu_limit_us = p->budget_cpu_ms * 1000ULL;
+	bud.mem_limit_kb = p->budget_memory_kb;
+	bud.poll_ms = p->budget_poll_ms ? p->budget_poll_ms : PLAN_POLL_MS_DEFAULT;
+	if (p->budget_cpu_ms)
+		report_applied_num("budget-cpu", p->budget_cpu_ms);
+	if (p->budget_memory_kb)
+		report_applied_num("budget-memory", p->budget_memory_kb);
+	if (p->budget_cpu_ms || p->budget_memory_kb) {
+		report_applied_num("budget-poll", (unsigned long long)bud.poll_ms);
+		bud.on = 1;
+		bud.next_ms = now_ms() + bud.poll_ms;
+	}
+	return 0;
+}
+
+int budget_join(void)
+{
+	ssize_t n;
+
+	if (bud.cg_procs < 0)
+		return 0;
+	do
+		n = write(bud.cg_procs, "0", 1);
+	while (n < 0 && errno == EINTR);
+	if (n == 1)
+		return 0;
+	if (n >= 0)
+		errno = EIO;
+	return -1;
+}
+
+int budget_active(void)
+{
+	return bud.on || bud.cg_made;
+}
+
+int budget_wait_ms(void)
+{
+	long long left;
+
+	if (!bud.on || bud.over)
+		return -1;
+	left = bud.next_ms - now_ms();
+	if (left <= 0)
+		return 0;
+	return left > INT_MAX ? INT_MAX : (int)left;
+}
+
+int budget_check(void)
+{
+	int over;
+
+	if (!bud.on || bud.over || now_ms() < bud.next_ms)
+		return 0;
+	over = bud.cg ? measure_cgroup() : measure_poll();
+	if (over)
+		cg_kill_now();          /* cgroup mode: the whole run at once, before the sweep */
+	bud.next_ms = now_ms() + bud.poll_ms;
+	return over;
+}
+
+void budget_finish(void)
+{
+	long long v;
+
+	if (bud.cg) {
+		long long deadline = now_ms() + CG_END_MS;
+		int events = cg_open("cgroup.events", O_RDONLY);
+
+		/* Normally already empty (the supervisor killed and reaped the run): zombies do not
+		 * count as populated. */
+		cg_kill_now();
+		while (cg_key(events, "populated") > 0 && now_ms() < deadline)
+			poll(NULL, 0, 5);
+		if (events >= 0)
+			close(events);
+		v = cg_key(bud.cg_cpu, "usage_usec");
+		if (v >= 0 && (unsigned long long)v > bud.cpu_us)
+			bud.cpu_us = (unsigned long long)v;
+		v = cg_value(bud.cg_peak);
+		if (v >= 0 && (unsigned long long)v / 1024 > bud.peak_kb)
+			bud.peak_kb = (unsigned long long)v / 1024;
+		if (bud.mem_limit_kb && cg_key(bud.cg_events, "oom_kill") > 0)
+			report_exceeded("memory", bud.peak_kb, bud.mem_limit_kb);
+		bud.live_us = 0;
+		cg_remove();
+	} else if (bud.on) {
+		measure_walk(); /* what is still alive: normally nothing, the run was reaped */
+	}
+}
+
+void budget_report_total(const struct rusage *ru)
+{
+	struct line l;
+	unsigned long long cpu, peak = bud.peak_kb;
+
+	if (!bud.on && !bud.cg_made)
+		return;
+	cpu = tv_us(&ru->ru_utime) + tv_us(&ru->ru_stime) + bud.live_us;
+	if (bud.cpu_us > cpu)
+		cpu = bud.cpu_us;
+	if (ru->ru_maxrss > 0 && (unsigned long long)ru->ru_maxrss > peak)
+		peak = (unsigned long long)ru->ru_maxrss;
+	line_start(&l, "total ");
+	line_num(&l, cpu);
+	line_add(&l, " ");
+	line_num(&l, peak);
+	line_send(&l, report_get_fd());
+}
+
+void budget_cleanup(void)
+{
+	cg_kill_now();
+	cg_remove();
+}
