@@ -56,6 +56,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -85,7 +86,8 @@ static struct {
 	unsigned long long cpu_us;      /* the highest CPU total measured */
 	unsigned long long live_us;     /* at the last measurement: CPU of the processes alive */
 	unsigned long long integral_ticks;      /* own CPU of every process the ticks saw */
-	unsigned long long peak_kb;     /* the highest summed RSS (polling) or memory.peak */
+	unsigned long long peak_kb;     /* the highest memory charged (polling: charged_kb()) or
+					 * memory.peak */
 	/* cgroup mode */
 	int cg;                 /* 1: the run cgroup exists and is in use */
 	int cg_made;            /* 1: it was made (stays set once it is removed) */
@@ -133,6 +135,7 @@ struct seen {
 	int read;                       /* its stat was read (else: gone before) */
 	unsigned long long start;       /* starttime: tells a reused pid apart */
 	unsigned long long own;         /* utime+stime, ticks */
+	unsigned long long rss_kb;      /* resident size */
 };
 
 /* The walk of one tick, and what the previous tick saw (for the integral, below): two
@@ -371,6 +374,7 @@ static void walk_run(void)
 		e->read = 1;
 		e->start = s.start;
 		e->own = s.own;
+		e->rss_kb = s.rss * bud.page_kb;
 		W.full_ticks += s.own + s.children;
 		W.pages += s.rss;
 		before = walk_find(W.cur, e->pid);
@@ -415,7 +419,7 @@ static unsigned long long ticks_us(unsigned long long ticks)
 static void measure_walk(void)
 {
 	struct rusage ru;
-	unsigned long long reaped = 0, cpu, kb;
+	unsigned long long reaped = 0, cpu;
 
 	/* Before the walk: what we reaped is in here, what we did not yet is still in /proc. */
 	if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
@@ -426,11 +430,60 @@ static void measure_walk(void)
 	cpu = reaped + bud.live_us;
 	if (ticks_us(bud.integral_ticks) > cpu)
 		cpu = ticks_us(bud.integral_ticks);
-	kb = W.pages * bud.page_kb;
 	if (cpu > bud.cpu_us)
 		bud.cpu_us = cpu;
-	if (kb > bud.peak_kb)
-		bud.peak_kb = kb;
+}
+
+/* Proportional set size of a process, KiB ("Pss:" of /proc/PID/smaps_rollup: each shared
+ * page counted as its share); -1 when it cannot be read (gone, or no access). */
+static long long read_pss_kb(pid_t pid)
+{
+	char path[40], buf[1024];
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	do
+		n = read(fd, buf, sizeof buf - 1);
+	while (n < 0 && errno == EINTR);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	p = strstr(buf, "\nPss:");
+	if (!p)
+		return -1;
+	for (p += 5; *p == ' '; p++)
+		;
+	return *p >= '0' && *p <= '9' ? (long long)strtoull(p, NULL, 10) : -1;
+}
+
+/* The memory the run is charged, KiB. The summed resident sizes count a page shared by forked
+ * processes (the interpreter, its imports) once per process: cheap, and an upper bound. Only
+ * when that sum is over the budget is the run measured again by proportional set size, which
+ * counts each shared page once in all; a process whose PSS cannot be read keeps its RSS (never
+ * an undercount). */
+static unsigned long long charged_kb(unsigned long long rss_kb)
+{
+	unsigned long long kb = 0;
+	size_t i;
+
+	if (!bud.mem_limit_kb || rss_kb <= bud.mem_limit_kb)
+		return rss_kb;
+	for (i = 0; i < W.count[W.cur]; i++) {
+		const struct seen *e = &W.gen[W.cur][i];
+		long long pss;
+
+		if (!e->read)
+			continue;
+		pss = read_pss_kb(e->pid);
+		kb += pss >= 0 ? (unsigned long long)pss : e->rss_kb;
+	}
+	return kb < rss_kb ? kb : rss_kb;
 }
 
 /* The tick in polling mode: 1 when the run is over a budget (the line is written). */
@@ -439,7 +492,9 @@ static int measure_poll(void)
 	unsigned long long kb;
 
 	measure_walk();
-	kb = W.pages * bud.page_kb;
+	kb = charged_kb(W.pages * bud.page_kb);
+	if (kb > bud.peak_kb)
+		bud.peak_kb = kb;
 	if (W.full) {
 		report_exceeded("tasks", W.tasks, WALK_MAX);
 		return 1;
