@@ -9,5 +9,8 @@ $VG --trace-children=no ./csrc/corral-launch --report-fd 3 --pidns --net new --r
   --rlimit nofile=64 --env PATH=/usr/bin:/bin --chdir /tmp -- /usr/bin/python3 -I -c 'print("hi")' 3>/dev/null
 $VG --trace-children=no ./csrc/corral-launch --no-pidns -- /usr/bin/python3 -I -c 'import os; os.fork() or print(1)' >/dev/null
 $VG --trace-children=no ./csrc/corral-launch --probe >/dev/null
+# with a seccomp filter (valgrind 3.19 does not know seccomp(): the launcher falls back to prctl)
+$VG --trace-children=no ./csrc/corral-launch --report-fd 3 --seccomp require --deny-sockets \
+  --deny-syscall ptrace --deny-syscall unshare --deny-syscall no_such_call -- /usr/bin/python3 -I -c 'print(1)' 3>/dev/null >/dev/null
 # the host module driving real runs
 $VG lua5.4 spec/valgrind_runs.lua
