@@ -1,5 +1,5 @@
 # corral — build, test, install.
-# Honours CC CFLAGS LDFLAGS PREFIX DESTDIR; finds Lua 5.4 and libuv with pkg-config.
+# Honours CC CFLAGS LDFLAGS PREFIX DESTDIR; finds Lua 5.4, libuv and libseccomp with pkg-config.
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -19,11 +19,14 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wmissing-prototypes -Wstrict-prototyp
 LUA_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(LUA_PC) 2>/dev/null)
 UV_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libuv 2>/dev/null)
 UV_LIBS    := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null)
+# the launcher's seccomp filter (csrc/launch/seccomp.c)
+SECCOMP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libseccomp 2>/dev/null)
+SECCOMP_LIBS   := $(or $(shell $(PKG_CONFIG) --libs libseccomp 2>/dev/null),-lseccomp)
 
 # Debian packages each target needs; installed when run as root, printed otherwise.
-BUILD_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libuv1-dev
+BUILD_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libuv1-dev libseccomp-dev
 TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind lua-check
-RUN_PKGS   := $(BUILD_PKGS) lua-cjson python3 bubblewrap
+RUN_PKGS   := $(BUILD_PKGS) libseccomp2 lua-cjson python3 bubblewrap
 
 LAUNCH_SRC := $(wildcard csrc/launch/*.c)
 LAUNCH_HDR := $(wildcard csrc/launch/*.h)
@@ -38,7 +41,8 @@ CORE_SO  := csrc/corral/core.so
 all: $(LAUNCHER) $(CORE_SO)
 
 $(LAUNCHER): $(LAUNCH_SRC) $(LAUNCH_HDR)
-	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -o $@ $(LAUNCH_SRC) $(LDFLAGS)
+	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) -o $@ $(LAUNCH_SRC) $(LDFLAGS) \
+		$(SECCOMP_LIBS)
 
 $(CORE_SO): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p csrc/corral
@@ -74,7 +78,8 @@ run: deps-run
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 asan: deps-test
 	@mkdir -p build/asan/corral
-	$(CC) $(ASAN_FLAGS) $(WARN) -D_GNU_SOURCE -o build/asan/corral-launch $(LAUNCH_SRC)
+	$(CC) $(ASAN_FLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) -o build/asan/corral-launch \
+		$(LAUNCH_SRC) $(SECCOMP_LIBS)
 	$(CC) $(ASAN_FLAGS) $(WARN) -D_GNU_SOURCE -fPIC -shared $(LUA_CFLAGS) $(UV_CFLAGS) \
 		-o build/asan/corral/core.so $(CORE_SRC) $(UV_LIBS)
 	CORRAL_LAUNCH=build/asan/corral-launch CORRAL_CPATH="build/asan/?.so" ASAN_OPTIONS=detect_leaks=0 \

@@ -18,6 +18,7 @@ dependencies = {
 }
 external_dependencies = {
   LIBUV = { header = "uv.h" },
+  LIBSECCOMP = { header = "seccomp.h", library = "seccomp" },   -- the launcher's seccomp filter
 }
 build = {
   type = "make",
@@ -26,6 +27,8 @@ build = {
     LUA_CFLAGS = "-I$(LUA_INCDIR)",
     UV_CFLAGS = "-I$(LIBUV_INCDIR)",
     UV_LIBS = "-L$(LIBUV_LIBDIR) -luv",
+    SECCOMP_CFLAGS = "-I$(LIBSECCOMP_INCDIR)",
+    SECCOMP_LIBS = "-L$(LIBSECCOMP_LIBDIR) -lseccomp",
   },
   install_variables = {
     PREFIX = "$(PREFIX)",

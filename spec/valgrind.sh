@@ -15,5 +15,8 @@ st=0; $VG --trace-children=no ./csrc/corral-launch --report-fd 3 --no-pidns --bu
   --cgroup /nonexistent -- /usr/bin/python3 -I -c 'while True: pass' 3>/dev/null || st=$?
 [ "$st" = 137 ]
 $VG --trace-children=no ./csrc/corral-launch --probe >/dev/null
+# with a seccomp filter (valgrind 3.19 does not know seccomp(): the launcher falls back to prctl)
+$VG --trace-children=no ./csrc/corral-launch --report-fd 3 --seccomp require --deny-sockets \
+  --deny-syscall ptrace --deny-syscall unshare --deny-syscall no_such_call -- /usr/bin/python3 -I -c 'print(1)' 3>/dev/null >/dev/null
 # the host module driving real runs
 $VG lua5.4 spec/valgrind_runs.lua

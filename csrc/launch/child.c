@@ -240,7 +240,8 @@ static int step_close_fds(void)
 	return 0;
 }
 
-/* Last before execve (a default SIGPIPE could kill us on a report write to a closed pipe). */
+/* Last before the seccomp filter and execve (a default SIGPIPE could kill us on a report write
+ * to a closed pipe). */
 static void step_signals(void)
 {
 	struct sigaction sa = { 0 };
@@ -274,6 +275,8 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 		die(errfd, W_FDS, errno);
 	report_applied("empty-env");
 	step_signals();
+	if (seccomp_apply(p) != 0)              /* last: nothing of ours is filtered */
+		die(errfd, W_SECCOMP, errno);
 	execve(p->program, p->args, p->env);
 	die(errfd, W_EXEC, errno);
 }

@@ -9,6 +9,7 @@
  *   sweep.c      without a PID namespace: the tree kill, the uid sweep, --kill-uid
  *   budget.c     whole-run CPU and memory budgets: polling, or a cgroup v2 (--cgroup)
  *   child.c      the program's steps between fork and execve
+ *   seccomp.c    the program's seccomp filter: built by A before any fork, loaded by C last
  *   probe.c      --probe
  *
  * Process names used in comments: A is the launcher, B the init of a PID namespace (pid 1
@@ -133,6 +134,13 @@ struct child_msg {
 
 /* parent: the supervisor's getpid() before fork; errfd: write end of the pipe. */
 NORETURN void child_run(const struct launch *L, pid_t parent, int errfd);
+
+/* ---- seccomp.c ---- */
+
+void seccomp_prepare(const struct launch *L);     /* in A, before any fork: builds the filter */
+int seccomp_apply(const struct plan *p);        /* in C, last before execve: loads it and
+						 * reports; -1 with errno: fatal (require) */
+int seccomp_probe(void);                        /* in a forked child: 0 or an errno */
 
 /* ---- supervise.c ---- */
 

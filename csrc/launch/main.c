@@ -160,6 +160,7 @@ int main(int argc, char **argv)
 		plan_free(&plan);
 		_exit(EXIT_SETUP);
 	}
+	seccomp_prepare(&L);                 /* the filter C loads last (seccomp.c) */
 	supervise_run(&L, &out);                /* 4. init or subreaper; 5. in child_run() */
 	if (L.sigfd >= 0)
 		close(L.sigfd);

@@ -15,7 +15,7 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
-enum test { T_UNSHARE, T_SETUID, T_NO_NEW_PRIVS, T_CLOSE_RANGE };
+enum test { T_UNSHARE, T_SETUID, T_NO_NEW_PRIVS, T_CLOSE_RANGE, T_SECCOMP };
 
 static int run_test(enum test t, int arg)
 {
@@ -35,6 +35,8 @@ static int run_test(enum test t, int arg)
 #else
 		return ENOSYS;
 #endif
+	case T_SECCOMP:
+		return seccomp_probe();
 	}
 	return EINVAL;
 }
@@ -123,5 +125,6 @@ int probe_run(void)
 		say_rlimit(limits[i].name, limits[i].resource);
 	say("no-new-privs", in_child(T_NO_NEW_PRIVS, 0), W_NO_NEW_PRIVS);
 	say("close-range", in_child(T_CLOSE_RANGE, 0), W_FDS);
+	say("seccomp", in_child(T_SECCOMP, 0), W_SECCOMP);
 	return 0;
 }

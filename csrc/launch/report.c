@@ -468,8 +468,25 @@ const char *explain(enum what w, int err)
 			       "DIR/corral-* cgroups";
 		}
 		break;
-	case W_LANDLOCK:
 	case W_SECCOMP:
+		if (err == EINVAL)
+			return "the kernel has no seccomp filters (CONFIG_SECCOMP_FILTER) or rejected "
+			       "the filter";
+		if (err == EACCES)
+			return "loading a filter needs no_new_privs or CAP_SYS_ADMIN, and no-new-privs "
+			       "was refused";
+		if (err == ENOMEM)
+			return "out of memory, or the process's filters together pass the kernel's "
+			       "32768 instructions (the launcher already runs under many filters?)";
+		if (err == E2BIG)
+			return "the filter is longer than the kernel's 4096 instructions: deny fewer "
+			       "system calls";
+		if (err == ENOSYS)
+			return "the kernel has no seccomp (CONFIG_SECCOMP)";
+		if (err == EFAULT)
+			return "the kernel could not read the filter";
+		return "libseccomp could not build the filter";
+	case W_LANDLOCK:
 	case W_RLIMIT:
 	case W_COUNT:
 		break;
