@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -197,6 +198,12 @@ static int reap_one(struct prog *c)
 	int st;
 	pid_t r = waitpid(-1, &st, WNOHANG);
 
+	if (r > 0 && WIFSTOPPED(st)) {
+		/* A child that called PTRACE_TRACEME made us its tracer: each signal it gets stops
+		 * it and is reported here. Let it go, with the signal it was stopped by. */
+		ptrace(PTRACE_DETACH, r, NULL, (void *)(long)WSTOPSIG(st));
+		return 1;
+	}
 	if (r > 0) {
 		if (r == c->pid && !c->reaped) {
 			c->reaped = 1;
@@ -266,7 +273,8 @@ static void init_kill_all(struct prog *c)
 
 	kill(-1, SIGKILL);
 	while ((r = waitpid(-1, &st, 0)) > 0 || errno == EINTR) {
-		if (r == c->pid && !c->reaped) {
+		if (r == c->pid && !c->reaped && !WIFSTOPPED(st)) {  /* a tracee's stop: SIGKILL
+									 * follows */
 			c->reaped = 1;
 			c->wstatus = st;
 		}

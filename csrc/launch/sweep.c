@@ -491,6 +491,8 @@ void sweep_tree(const struct plan *p, int sigfd, pid_t prog, int *prog_reaped, i
 			deadline = now_ms() + SWEEP_MS;
 		/* 4. */
 		while ((r = waitpid(-1, &st, WNOHANG)) > 0) {
+			if (WIFSTOPPED(st))
+				continue;       /* a tracee of ours (PTRACE_TRACEME): being killed */
 			if (r == prog && !*prog_reaped) {
 				*prog_reaped = 1;
 				*prog_status = st;

@@ -266,12 +266,21 @@ except OSError as e:
     needs = { "scoped-signals" },
   },
   {
-    name = "PTRACE_TRACEME is allowed and the program goes on after a signal",
-    known_hole = "after PTRACE_TRACEME the supervisor (init B, or the launcher without a pid namespace) "
-      .. "is the tracer; the first signal puts the program in a ptrace-stop, waitpid() reports it, and "
-      .. "reap_one() (csrc/launch/supervise.c) takes the stop for the end: the run is reported as "
-      .. "'exit 10' (WEXITSTATUS of the stop status; 10 = SIGUSR1), usage 0, and the program is killed "
-      .. "mid-run. Fix: reap only WIFEXITED/WIFSIGNALED; PTRACE_CONT (or detach) a stopped traced child",
+    name = "PTRACE_TRACEME under seccomp is refused",
+    code = [[
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print("traceme", libc.ptrace(0, 0, None, None), ctypes.get_errno())
+]],
+    opts = { timeout = 2 },
+    expect = { reason = "exit", returncode = 0, stdout = "traceme %-1 1\n" },
+    needs = { "seccomp" },
+  },
+  {
+    -- without the filter the supervisor becomes the tracer: every signal the program gets stops
+    -- it and reaches the supervisor's waitpid, which must let it go on, not take it for the end
+    name = "PTRACE_TRACEME without seccomp: the program goes on after a signal",
+    variant = "no-seccomp",
     code = [[
 import ctypes, os, signal
 libc = ctypes.CDLL(None, use_errno=True)

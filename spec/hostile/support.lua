@@ -243,6 +243,8 @@ S.variants = {
   bare = { pid_namespace = false, user_namespace = "never" },
   -- the host's network: only Landlock's network rules can stop a connection
   ["host-net"] = { network = "host", deny_tcp = "always" },
+  -- no seccomp filter: what the supervisor does when the program may ptrace
+  ["no-seccomp"] = { seccomp = "off" },
   -- no scratch mounts and the work dir on the host: the clean-up faces what the program planted
   ["host-work"] = { tmpfs = {}, work_mb = false },
 }
