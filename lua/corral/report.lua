@@ -3,11 +3,13 @@
 -- and unknown records are skipped, numbers are checked, and nothing here can raise.
 local M = {}
 
-local tonumber, match, gmatch = tonumber, string.match, string.gmatch
+local tonumber, tointeger, match, gmatch = tonumber, math.tointeger, string.match, string.gmatch
 
+-- A decimal that fits a Lua integer, or nil: tonumber() turns a longer one (20 digits, or 19 above
+-- 2^63 - 1) into an imprecise float.
 local function int(s)
   if s == nil or #s > 20 or not s:match("^%-?%d+$") then return nil end
-  return tonumber(s)
+  return tointeger(tonumber(s))
 end
 
 --- Parse a report.
@@ -24,8 +26,11 @@ function M.parse(text)
     if kind == "corral-launch" then
       r.version = int(rest)
     elseif kind == "applied" then
-      local name, value = match(rest, "^([%w%-]+) ?(%S*)$")
-      if name then
+      -- the name, then " VALUE" in a second match: "^([%w%-]+) ?(%S*)$" in one goes back over
+      -- the name for each of its bytes when the value holds a space (quadratic in the line)
+      local name, tail = match(rest, "^([%w%-]+)(.*)$")
+      local value = tail and match(tail, "^ ?(%S*)$")
+      if value then
         if r.applied[name] == nil then r.applied_order[#r.applied_order + 1] = name end
         r.applied[name] = (value ~= "" and value) or true
       end
