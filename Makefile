@@ -27,6 +27,8 @@ SECCOMP_LIBS   := $(or $(shell $(PKG_CONFIG) --libs libseccomp 2>/dev/null),-lse
 BUILD_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libuv1-dev libseccomp-dev
 TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind lua-check
 RUN_PKGS   := $(BUILD_PKGS) libseccomp2 lua-cjson python3 bubblewrap
+# libFuzzer: clang (Debian 12: clang-14) and its runtime libclang_rt.fuzzer (libclang-rt-14-dev)
+FUZZ_PKGS  := $(BUILD_PKGS) clang libclang-rt-14-dev
 
 LAUNCH_SRC := $(wildcard csrc/launch/*.c)
 LAUNCH_HDR := $(wildcard csrc/launch/*.h)
@@ -36,7 +38,8 @@ CORE_HDR   := $(wildcard csrc/core/*.h)
 LAUNCHER := csrc/corral-launch
 CORE_SO  := csrc/corral/core.so
 
-.PHONY: all test run install clean bench soak deps-build deps-test deps-run asan
+.PHONY: all test run install clean bench soak deps-build deps-test deps-run deps-fuzz asan fuzz \
+	fuzz-build fuzz-replay replay-build
 
 all: $(LAUNCHER) $(CORE_SO)
 
@@ -50,8 +53,8 @@ $(CORE_SO): $(CORE_SRC) $(CORE_HDR)
 		-o $@ $(CORE_SRC) $(LDFLAGS) $(UV_LIBS)
 
 # deps-*: install the Debian packages a target needs (as root), or print the exact command.
-deps-build deps-test deps-run:
-	@pkgs="$(if $(filter deps-build,$@),$(BUILD_PKGS),$(if $(filter deps-test,$@),$(TEST_PKGS),$(RUN_PKGS)))"; \
+deps-build deps-test deps-run deps-fuzz:
+	@pkgs="$(if $(filter deps-build,$@),$(BUILD_PKGS),$(if $(filter deps-test,$@),$(TEST_PKGS),$(if $(filter deps-fuzz,$@),$(FUZZ_PKGS),$(RUN_PKGS))))"; \
 	missing=""; for p in $$pkgs; do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
@@ -85,6 +88,63 @@ asan: deps-test
 	CORRAL_LAUNCH=build/asan/corral-launch CORRAL_CPATH="build/asan/?.so" ASAN_OPTIONS=detect_leaks=0 \
 		LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 		$(LUA) spec/valgrind_runs.lua && echo "asan: zero errors"
+
+# Fuzzing (fuzz/, README "Fuzzing"): one libFuzzer harness per parser of untrusted input. `make
+# fuzz` builds them with clang into build/fuzz and runs each for FUZZ_SECONDS on a scratch copy
+# of its corpus (build/fuzz/corpus/T, kept between runs; fuzz/corpus and fuzz/regress are only
+# read); a crash stops it, non-zero, with the input in build/fuzz/artifacts. `make fuzz-replay`
+# runs the committed inputs once through the same harnesses built with $(REPLAY_CC) and its
+# sanitizers instead of libFuzzer (spec/fuzz_spec.lua does it in `make test`).
+FUZZ_CC      ?= clang
+REPLAY_CC    ?= gcc
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := plan utf8 lua
+FUZZ_DIR     ?= build/fuzz
+REPLAY_DIR   ?= build/replay
+FUZZ_SAN     := -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all
+LUA_LIBS     := $(shell $(PKG_CONFIG) --libs $(LUA_PC) 2>/dev/null)
+# per harness: sources beside fuzz/T.c, flags, libraries, libFuzzer options
+FUZZ_SRC_plan   := csrc/launch/plan.c
+FUZZ_HDR_plan   := csrc/launch/plan.h
+FUZZ_SRC_utf8   := csrc/core/utf8.c
+FUZZ_FLAGS_utf8 := -DCORRAL_UTF8_NO_LUA
+FUZZ_FLAGS_lua  := $(LUA_CFLAGS) -DCORRAL_ROOT='"$(CURDIR)"'
+FUZZ_LIBS_lua   := $(LUA_LIBS)
+FUZZ_ARGS_plan  := -max_len=9000 -dict=fuzz/plan.dict
+FUZZ_ARGS_lua   := -max_len=4096 -dict=fuzz/lua.dict
+
+fuzz: deps-fuzz
+	@$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=fuzz-%)
+
+fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_DIR)/%)
+
+.PHONY: $(FUZZ_TARGETS:%=fuzz-%)
+$(FUZZ_TARGETS:%=fuzz-%): fuzz-%: $(FUZZ_DIR)/%
+	@mkdir -p $(FUZZ_DIR)/corpus/$* $(FUZZ_DIR)/artifacts
+	@cp -n fuzz/corpus/$*/* fuzz/regress/$*/* $(FUZZ_DIR)/corpus/$*/ 2>/dev/null || true
+	@echo "== fuzz $* for $(FUZZ_SECONDS) s"
+	$(FUZZ_DIR)/$* -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+		-artifact_prefix=$(FUZZ_DIR)/artifacts/$*- $(FUZZ_ARGS_$*) $(FUZZ_DIR)/corpus/$*
+
+replay-build: $(FUZZ_TARGETS:%=$(REPLAY_DIR)/%)
+
+fuzz-replay: replay-build
+	@for t in $(FUZZ_TARGETS); do \
+		echo "== replay $$t"; \
+		$(REPLAY_DIR)/$$t $$(ls -d fuzz/corpus/$$t fuzz/regress/$$t 2>/dev/null) || exit 1; \
+	done
+
+.SECONDEXPANSION:
+$(FUZZ_TARGETS:%=$(FUZZ_DIR)/%): $(FUZZ_DIR)/%: fuzz/%.c fuzz/fuzz.h $$(FUZZ_SRC_$$*) $$(FUZZ_HDR_$$*)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer,address,undefined $(WARN) -D_GNU_SOURCE \
+		$(FUZZ_FLAGS_$*) -o $@ fuzz/$*.c $(FUZZ_SRC_$*) $(FUZZ_LIBS_$*)
+
+$(FUZZ_TARGETS:%=$(REPLAY_DIR)/%): $(REPLAY_DIR)/%: fuzz/%.c fuzz/replay.c fuzz/fuzz.h $$(FUZZ_SRC_$$*) \
+		$$(FUZZ_HDR_$$*)
+	@mkdir -p $(@D)
+	$(REPLAY_CC) $(FUZZ_SAN) -fsanitize=address,undefined $(WARN) -D_GNU_SOURCE \
+		$(FUZZ_FLAGS_$*) -o $@ fuzz/$*.c fuzz/replay.c $(FUZZ_SRC_$*) $(FUZZ_LIBS_$*)
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(LUADIR)/corral \

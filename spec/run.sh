@@ -50,7 +50,7 @@ else
 fi
 
 echo "== luacheck"
-if luacheck --no-color -q lua bin/corral policies examples spec bench > "$log/luacheck.log" 2>&1; then
+if luacheck --no-color -q lua bin/corral policies examples spec bench fuzz > "$log/luacheck.log" 2>&1; then
   passed=$((passed + 1)); echo "ok - luacheck: no warnings"
 else
   failed=$((failed + 1)); cat "$log/luacheck.log"; echo "not ok - luacheck"

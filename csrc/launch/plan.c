@@ -112,14 +112,20 @@ const char *plan_rlimit_name(enum plan_rlimit r)
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* The message quotes arguments as given; a control character in one (a newline) would break the
+ * one-line "corral-launch: ..." usage error the host reads from stderr: each becomes '?'. */
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
+	char *c;
 
 	if (err && errlen > 0) {
 		va_start(ap, fmt);
 		vsnprintf(err, errlen, fmt, ap);
 		va_end(ap);
+		for (c = err; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
 	}
 	return -1;
 }

@@ -341,12 +341,13 @@ local function last_line(s)
   return (s or ""):gsub("%s+$", ""):match("([^\n]*)$") or ""
 end
 
---- Why the run ended: exit, timeout, cpu, memory, file-size, output or signal.
+--- Why the run ended: exit, timeout, cpu, memory, processes (more than the budget supervisor
+-- can measure), file-size, output or signal.
 -- @param raw the host's raw outcome; `rep` the parsed launcher report
 function Policy:classify(raw, opts, rep)
   if raw.timed_out then return "timeout" end
   -- a whole-run budget ended it
-  if rep.exceeded then return rep.exceeded.name end
+  if rep.exceeded then return rep.exceeded.name == "tasks" and "processes" or rep.exceeded.name end
   if raw.overflow then return "output" end
   local sig = rep.status and rep.status.kind == "signal" and rep.status.code or raw.term_signal
   local cpu_s = rep.usage and (rep.usage.user_us + rep.usage.sys_us) / 1e6 or 0

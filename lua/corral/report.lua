@@ -3,11 +3,13 @@
 -- and unknown records are skipped, numbers are checked, and nothing here can raise.
 local M = {}
 
-local tonumber, match, gmatch = tonumber, string.match, string.gmatch
+local tonumber, tointeger, match, gmatch = tonumber, math.tointeger, string.match, string.gmatch
 
+-- A decimal that fits a Lua integer, or nil: tonumber() turns a longer one (20 digits, or 19 above
+-- 2^63 - 1) into an imprecise float.
 local function int(s)
   if s == nil or #s > 20 or not s:match("^%-?%d+$") then return nil end
-  return tonumber(s)
+  return tointeger(tonumber(s))
 end
 
 --- Parse a report.
@@ -15,8 +17,8 @@ end
 -- @return a table: `version`, `applied` (name → value string or true), `applied_order` (names in
 -- the order applied), `refused` (name → {errno=, message=}), `fatal` ({step=, errno=, message=}
 -- or nil), `pid`, `status` ({kind="exit"|"signal", code=n} or nil), `usage` ({user_us=, sys_us=,
--- maxrss_kb=} or nil), `exceeded` ({name="cpu"|"memory", used=n, limit=n} or nil: a whole-run
--- budget ended the run), `total` ({cpu_us=, peak_kb=} or nil: the whole run's CPU and summed
+-- maxrss_kb=} or nil), `exceeded` ({name="cpu"|"memory"|"tasks", used=n, limit=n} or nil: a
+-- whole-run budget ended the run; tasks: too many to measure), `total` ({cpu_us=, peak_kb=} or nil: the whole run's CPU and summed
 -- resident memory)
 function M.parse(text)
   local r = { applied = {}, applied_order = {}, refused = {} }
@@ -26,8 +28,11 @@ function M.parse(text)
     if kind == "corral-launch" then
       r.version = int(rest)
     elseif kind == "applied" then
-      local name, value = match(rest, "^([%w%-]+) ?(%S*)$")
-      if name then
+      -- the name, then " VALUE" in a second match: "^([%w%-]+) ?(%S*)$" in one goes back over
+      -- the name for each of its bytes when the value holds a space (quadratic in the line)
+      local name, tail = match(rest, "^([%w%-]+)(.*)$")
+      local value = tail and match(tail, "^ ?(%S*)$")
+      if value then
         if r.applied[name] == nil then r.applied_order[#r.applied_order + 1] = name end
         r.applied[name] = (value ~= "" and value) or true
       end
@@ -46,7 +51,7 @@ function M.parse(text)
     elseif kind == "exceeded" then
       local name, used, limit = match(rest, "^(%a+) (%d+) (%d+)$")
       used, limit = int(used), int(limit)
-      if (name == "cpu" or name == "memory") and used and limit and not r.exceeded then
+      if (name == "cpu" or name == "memory" or name == "tasks") and used and limit and not r.exceeded then
         r.exceeded = { name = name, used = used, limit = limit }
       end
     elseif kind == "total" then
