@@ -260,15 +260,21 @@ static void step_signals(void)
 NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 {
 	const struct plan *p = L->plan;
+	struct landlock ll;
 
 	if (step_die_with_parent(parent) != 0)
 		_exit(EXIT_SETUP);      /* the supervisor is gone: nobody to tell */
 	step_send_pid(errfd);
 	if (budget_join() != 0)                 /* the run cgroup, while we have our uid */
 		die(errfd, W_CGROUP, errno);
+	/* Landlock's paths are opened as the launcher's user, and before a small nofile limit. */
+	if (landlock_prepare(p, &ll) != 0)
+		die(errfd, ll.what, ll.err);
 	step_rlimits(p);
 	step_ids(L, errfd, parent);
 	step_no_new_privs();
+	if (landlock_enforce(p, &ll) != 0)      /* needs no_new_privs without CAP_SYS_ADMIN */
+		die(errfd, ll.what, ll.err);
 	if (step_chdir(p) != 0)
 		die(errfd, W_CHDIR, errno);
 	if (step_close_fds() != 0)

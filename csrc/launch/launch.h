@@ -10,6 +10,7 @@
  *   budget.c     whole-run CPU and memory budgets: polling, or a cgroup v2 (--cgroup)
  *   child.c      the program's steps between fork and execve
  *   seccomp.c    the program's seccomp filter: built by A before any fork, loaded by C last
+ *   landlock.c   Landlock for the program: --fs-ro, --fs-rw, --deny-tcp, --scope
  *   probe.c      --probe
  *
  * Process names used in comments: A is the launcher, B the init of a PID namespace (pid 1
@@ -61,6 +62,8 @@ enum what {
 	W_ROBIND,
 	W_KILL_UID,
 	W_LANDLOCK,             /* landlock.c */
+	W_LANDLOCK_NET,         /* landlock.c: --deny-tcp under --landlock require */
+	W_LANDLOCK_SCOPE,       /* landlock.c: --scope under --landlock require */
 	W_SECCOMP,              /* seccomp.c */
 	W_CGROUP,               /* budget.c */
 	W_COUNT
@@ -134,6 +137,27 @@ struct child_msg {
 
 /* parent: the supervisor's getpid() before fork; errfd: write end of the pipe. */
 NORETURN void child_run(const struct launch *L, pid_t parent, int errfd);
+
+/* ---- landlock.c: in C, called by child_run() ---- */
+
+/* A ruleset made before C changes its uid, enforced after PR_SET_NO_NEW_PRIVS. */
+struct landlock {
+	int fd;                 /* the ruleset; -1: nothing to enforce */
+	int abi;                /* the ABI used (the kernel's, capped at the newest known) */
+	unsigned long long handled_fs;  /* filesystem rights the ruleset handles */
+	int net;                /* 1: TCP bind and connect handled (--deny-tcp) */
+	int scope;              /* 1: abstract unix sockets and signals scoped (--scope) */
+	enum what what;         /* after -1: the fatal step ... */
+	int err;                /* ... and its errno, for die() */
+};
+
+/* Asks the ABI, makes the ruleset, opens each --fs-ro/--fs-rw path (O_PATH) and adds its rule;
+ * writes the refused lines. 0, or -1 when --landlock require cannot be met. */
+int landlock_prepare(const struct plan *p, struct landlock *ll);
+/* landlock_restrict_self and the applied lines. 0, or -1 under --landlock require. */
+int landlock_enforce(const struct plan *p, struct landlock *ll);
+/* The kernel's Landlock ABI version, or -errno (ENOSYS, EOPNOTSUPP: disabled at boot). */
+int landlock_abi(void);
 
 /* ---- seccomp.c ---- */
 

@@ -99,6 +99,21 @@ static void say_rlimit(const char *name, int resource)
 	line_send(&l, STDOUT_FILENO);
 }
 
+/* probe landlock yes abi N | no ERRNO message. Asking the ABI changes nothing: no child. */
+static void say_landlock(void)
+{
+	int abi = landlock_abi();
+	struct line l;
+
+	if (abi < 0) {
+		say("landlock", -abi, W_LANDLOCK);
+		return;
+	}
+	line_start(&l, "probe landlock yes abi ");
+	line_num(&l, (unsigned)abi);
+	line_send(&l, STDOUT_FILENO);
+}
+
 int probe_run(void)
 {
 	struct line l;
@@ -126,5 +141,6 @@ int probe_run(void)
 	say("no-new-privs", in_child(T_NO_NEW_PRIVS, 0), W_NO_NEW_PRIVS);
 	say("close-range", in_child(T_CLOSE_RANGE, 0), W_FDS);
 	say("seccomp", in_child(T_SECCOMP, 0), W_SECCOMP);
+	say_landlock();
 	return 0;
 }

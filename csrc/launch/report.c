@@ -246,6 +246,8 @@ static const char *const steps[W_COUNT] = {
 	[W_ROBIND] = "ro-bind",
 	[W_KILL_UID] = "kill-uid",
 	[W_LANDLOCK] = "filesystem",
+	[W_LANDLOCK_NET] = "landlock-net",
+	[W_LANDLOCK_SCOPE] = "landlock-scope",
 	[W_SECCOMP] = "seccomp",
 	[W_CGROUP] = "cgroup",
 };
@@ -395,7 +397,8 @@ const char *explain(enum what w, int err)
 			       "absolute path, there is no PATH search";
 		case EACCES:
 			return "PROGRAM is not executable by the program's uid, a directory on its path "
-			       "is not searchable, or it is on a noexec mount";
+			       "is not searchable, it is on a noexec mount, or it (or its #! "
+			       "interpreter) is outside the --fs-ro/--fs-rw lists";
 		case ENOEXEC:
 			return "PROGRAM is not in an executable format (a script without #!?)";
 		case ETXTBSY:
@@ -436,6 +439,35 @@ const char *explain(enum what w, int err)
 			       "processes of that uid; retry, or use another uid";
 		if (err == EAGAIN)
 			return "cannot fork the helper: a process limit was reached";
+		break;
+	case W_LANDLOCK:
+		if (err == ENOSYS)
+			return "this kernel has no Landlock (it needs Linux 5.13+ built with "
+			       "CONFIG_SECURITY_LANDLOCK): files are guarded only by their permissions";
+		if (err == EOPNOTSUPP)
+			return "Landlock is built into the kernel but not enabled: add landlock to the "
+			       "lsm= boot parameter (see /sys/kernel/security/lsm); files are guarded "
+			       "only by their permissions";
+		if (err == EPERM)
+			return "landlock_restrict_self was refused: it needs no_new_privs (see the "
+			       "no-new-privs line) or CAP_SYS_ADMIN";
+		if (err == E2BIG)
+			return "the launcher already runs under 16 nested Landlock domains, the kernel's "
+			       "maximum";
+		if (err == EMFILE || err == ENFILE)
+			return "no fd left for the Landlock ruleset (RLIMIT_NOFILE?)";
+		break;
+	case W_LANDLOCK_NET:
+		if (err == EOPNOTSUPP)
+			return "the kernel's Landlock ABI is below 4 (Linux 6.7): it cannot deny TCP bind "
+			       "and connect, and --landlock require asked for --deny-tcp; use --net new "
+			       "(or --landlock auto to run without it)";
+		break;
+	case W_LANDLOCK_SCOPE:
+		if (err == EOPNOTSUPP)
+			return "the kernel's Landlock ABI is below 6 (Linux 6.12): it cannot scope "
+			       "signals and abstract unix sockets, and --landlock require asked for "
+			       "--scope; use --uid and --pidns (or --landlock auto to run without it)";
 		break;
 	case W_CGROUP:
 		switch (err) {
@@ -486,7 +518,6 @@ const char *explain(enum what w, int err)
 		if (err == EFAULT)
 			return "the kernel could not read the filter";
 		return "libseccomp could not build the filter";
-	case W_LANDLOCK:
 	case W_RLIMIT:
 	case W_COUNT:
 		break;
