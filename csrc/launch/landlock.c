@@ -311,8 +311,17 @@ int landlock_prepare(const struct plan *p, struct landlock *ll)
 
 	for (i = 0; i < p->nfs_ro; i++)
 		add_path(ll, p->fs_ro[i], LL_RO_RIGHTS);
-	for (i = 0; i < p->nfs_rw; i++)
+	for (i = 0; i < p->nfs_rw; i++) {
+		/* A --tmpfs path is the run's own only when it was mounted; without the mount it
+		 * is the host's directory (/tmp, /dev/shm...), shared with everyone: not granted. */
+		if (mounts_tmpfs_made(p, p->fs_rw[i]) == 0) {
+			report_refused_at("fs-path", EPERM, p->fs_rw[i],
+					  "its private tmpfs was not mounted, so write access to "
+					  "the host's directory is not granted");
+			continue;
+		}
 		add_path(ll, p->fs_rw[i], ll->handled_fs);
+	}
 	return 0;
 }
 

@@ -132,6 +132,19 @@ static const char *tmpfs_why(int err)
 	return "mount failed";
 }
 
+/* Which --tmpfs were mounted: B sets it before it forks C, which inherits it (landlock.c asks). */
+static unsigned char tmpfs_made[PLAN_MOUNTS_MAX];
+
+int mounts_tmpfs_made(const struct plan *p, const char *path)
+{
+	size_t i, n = strlen(path);
+
+	for (i = 0; i < p->ntmpfs; i++)
+		if (p->tmpfs[i].path_len == n && memcmp(p->tmpfs[i].path, path, n) == 0)
+			return tmpfs_made[i];
+	return -1;
+}
+
 /* 4. The number of tmpfs mounted; "applied private-tmp" when every one was. */
 static size_t step_tmpfs(const struct plan *p)
 {
@@ -145,6 +158,7 @@ static size_t step_tmpfs(const struct plan *p)
 		snprintf(opts, sizeof opts, "mode=1777,size=%llu,nr_inodes=%llu", p->tmpfs[i].size,
 			 inodes_for(p->tmpfs[i].size));
 		if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) == 0) {
+			tmpfs_made[i] = 1;
 			mounted++;
 			continue;
 		}
