@@ -43,6 +43,8 @@ return policy.base {
     "/bin", "/lib", "/lib64", "/usr",         -- the dynamic loader and shared libraries
     "/etc/ld.so.cache", "/etc/localtime",
     "/dev/urandom", "/dev/random", "/dev/zero",
+    -- granted only when it is the run's own /proc (a PID namespace): its processes alone
+    "/proc",
   },
   fs_write = { "/dev/null" },
   -- with network = "new": Landlock also denies TCP bind and connect (a second wall, and the

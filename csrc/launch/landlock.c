@@ -21,6 +21,7 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <string.h>
 #include <fcntl.h>
 #include <linux/landlock.h>
 #include <sys/stat.h>
@@ -309,8 +310,17 @@ int landlock_prepare(const struct plan *p, struct landlock *ll)
 	if (ll->fd < 0)
 		return unavailable(p, ll, errno, ll->net, ll->scope);
 
-	for (i = 0; i < p->nfs_ro; i++)
+	for (i = 0; i < p->nfs_ro; i++) {
+		/* The host's /proc shows every process (environ, cmdline, maps of the controller's
+		 * uid...): only a /proc of the run's own PID namespace is granted. */
+		if (strcmp(p->fs_ro[i], "/proc") == 0 && !mounts_proc_made()) {
+			report_refused_at("fs-path", EPERM, "/proc",
+					  "it is the host's /proc (no private one was mounted), so it is "
+					  "not granted");
+			continue;
+		}
 		add_path(ll, p->fs_ro[i], LL_RO_RIGHTS);
+	}
 	for (i = 0; i < p->nfs_rw; i++) {
 		/* A --tmpfs path is the run's own only when it was mounted; without the mount it
 		 * is the host's directory (/tmp, /dev/shm...), shared with everyone: not granted. */

@@ -123,6 +123,8 @@ int mounts_apply(const struct launch *L);       /* in B, before it forks C: 0, o
 /* For a --tmpfs PATH of the plan: 1 when B mounted it (C inherits the answer), 0 when not (no
  * mount namespace, or refused); -1: PATH is not a --tmpfs path. */
 int mounts_tmpfs_made(const struct plan *p, const char *path);
+/* 1 when B mounted a private /proc (only the run's processes in it). */
+int mounts_proc_made(void);
 /* "refused private-tmp" / "refused work-tmpfs" for what the plan asked, when there is no mount
  * namespace to make them in; why completes the message. */
 void mounts_refuse(const struct plan *p, int err, const char *why);

@@ -38,6 +38,26 @@ void mounts_refuse(const struct plan *p, int err, const char *why)
 }
 
 /* The path of --tmpfs i, NUL-terminated (plan.c checked its length). */
+/* Which --tmpfs were mounted, and whether /proc is the run's own: B sets them before it forks C,
+ * which inherits them (landlock.c asks). */
+static unsigned char tmpfs_made[PLAN_MOUNTS_MAX];
+static int proc_made;
+
+int mounts_proc_made(void)
+{
+	return proc_made;
+}
+
+int mounts_tmpfs_made(const struct plan *p, const char *path)
+{
+	size_t i, n = strlen(path);
+
+	for (i = 0; i < p->ntmpfs; i++)
+		if (p->tmpfs[i].path_len == n && memcmp(p->tmpfs[i].path, path, n) == 0)
+			return tmpfs_made[i];
+	return -1;
+}
+
 static const char *tmpfs_path(const struct plan *p, size_t i, char *buf)
 {
 	memcpy(buf, p->tmpfs[i].path, p->tmpfs[i].path_len);
@@ -90,8 +110,10 @@ static int step_private(void)
 /* 2. The controller's /proc/PID/environ and the host's process list go out of sight. */
 static void step_proc(void)
 {
-	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0)
+	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0) {
+		proc_made = 1;
 		report_applied("private-proc");
+	}
 	else
 		report_refused("private-proc", errno,
 			       errno == EPERM ? "mounting proc was refused (in a container, masked /proc paths forbid it); the program sees the host's /proc"
@@ -130,19 +152,6 @@ static const char *tmpfs_why(int err)
 		return "out of memory";
 	}
 	return "mount failed";
-}
-
-/* Which --tmpfs were mounted: B sets it before it forks C, which inherits it (landlock.c asks). */
-static unsigned char tmpfs_made[PLAN_MOUNTS_MAX];
-
-int mounts_tmpfs_made(const struct plan *p, const char *path)
-{
-	size_t i, n = strlen(path);
-
-	for (i = 0; i < p->ntmpfs; i++)
-		if (p->tmpfs[i].path_len == n && memcmp(p->tmpfs[i].path, path, n) == 0)
-			return tmpfs_made[i];
-	return -1;
 }
 
 /* 4. The number of tmpfs mounted; "applied private-tmp" when every one was. */

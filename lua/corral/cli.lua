@@ -240,6 +240,8 @@ local function cmd_probe(args)
     "effective uid       " .. tostring(p.euid),
     "network isolation   " .. yesno(p.network_isolation),
     "pid namespace       " .. yesno(p.pid_namespace),
+    "landlock            " .. ((p.landlock_abi or 0) > 0 and ("ABI " .. p.landlock_abi) or "no"),
+    "seccomp             " .. yesno(p.caps.seccomp and p.caps.seccomp.ok),
     "per-run uid         " .. yesno(p.root and p.setuid),
     "bubblewrap          " .. (p.bwrap or "no"),
   }

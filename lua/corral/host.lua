@@ -15,7 +15,8 @@ local function shell_quote(s)
 end
 
 --- Parse `corral-launch --probe` output into a table.
--- @return table: `euid`, `caps` (name → {ok=bool, errno=, message=}), `rlimits` (name → bool)
+-- @return table: `euid`, `caps` (name → {ok=bool, errno=, message=}), `rlimits` (name → bool),
+-- `landlock_abi` (0: none)
 function M.parse_probe(text)
   local p = { caps = {}, rlimits = {} }
   for line in text:gmatch("[^\n]+") do
@@ -25,6 +26,12 @@ function M.parse_probe(text)
     elseif name == "rlimit" then
       local r, yes = rest:match("^(%S+) (%S+)")
       if r then p.rlimits[r] = (yes == "yes") end
+    elseif name == "landlock" then
+      -- "yes abi N", or "no ERRNO message"
+      local abi = rest:match("^yes abi (%d+)")
+      p.landlock_abi = tonumber(abi) or 0
+      local errno, msg = rest:match("^no (%S+) ?(.*)$")
+      p.caps.landlock = { ok = abi ~= nil, errno = errno, message = msg ~= "" and msg or nil }
     elseif name then
       local yes, errno, msg = rest:match("^(%S+) ?(%S*) ?(.*)$")
       p.caps[name] = { ok = (yes == "yes"), errno = errno ~= "" and errno or nil, message = msg ~= "" and msg or nil }
