@@ -27,7 +27,9 @@ return policy.base {
   uid_range = { 60000, 60999 },
   -- with the PID namespace's mount namespace: fresh scratch mounts (MiB) that no other run sees
   -- and that vanish with the run, and the work dir (cwd, HOME, TMPDIR) as a tmpfs of work_mb
-  tmpfs = { ["/tmp"] = 16, ["/var/tmp"] = 16, ["/dev/shm"] = 64 },
+  -- /run too: it holds the host's unix sockets (D-Bus, container runtimes, /run/lock), which
+  -- neither the network namespace nor Landlock keeps a program from connecting to
+  tmpfs = { ["/tmp"] = 16, ["/var/tmp"] = 16, ["/dev/shm"] = 64, ["/run"] = 1 },
   work_mb = 64,
   tmp_dir = "/tmp",
   kill_on_overflow = false,

@@ -39,6 +39,51 @@ describe("policies", function()
     assert.is_truthy(H.has(r.clamped, "timeout"))
   end)
 
+  it("lets runs read, not write, the datasets example's directory, and nothing else on the host", function()
+    local core = require "corral.core"
+    local dir = assert(core.mkdtemp("/tmp/corral-ds-XXXXXX"))
+    local other = assert(core.mkdtemp("/tmp/corral-ds-XXXXXX"))
+    assert(core.chmod(dir, 493)) -- 0755: the run uid may read it by its permissions
+    assert(core.chmod(other, 493))
+    assert(core.write_file(dir .. "/table.csv", "a,b\n1,2\n", 420))
+    assert(core.write_file(other .. "/secret.csv", "s\n", 420))
+    -- the example reads CORRAL_DATASETS when it is loaded: load it through a wrapper that sets it
+    local wrapper = os.tmpname() .. ".lua"
+    local f = assert(io.open(wrapper, "w"))
+    f:write(string.format([[
+local getenv = os.getenv
+os.getenv = function(k) if k == "CORRAL_DATASETS" then return %q end return getenv(k) end
+local p = dofile("examples/policies/datasets.lua")
+os.getenv = getenv
+return p
+]], dir))
+    f:close()
+    -- no private /tmp: the directories stay in sight, and Landlock alone decides
+    local ds = policy.load(wrapper):extend { tmpfs = {} }
+    local plain = policy.load("default"):extend { tmpfs = {} }
+    os.remove(wrapper)
+    local code = string.format([[
+for path in (%q, %q):
+    try:
+        print("read", open(path).read().splitlines()[0])
+    except OSError as e:
+        print("denied", e.errno)
+try:
+    open(%q, "w")
+    print("WROTE")
+except OSError as e:
+    print("no write", e.errno)
+]], dir .. "/table.csv", other .. "/secret.csv", dir .. "/new.csv")
+    local r = assert(corral.run_python(code, { policy = ds }))
+    assert.are.equal("read a,b\ndenied 13\nno write 13\n", r.stdout, r.stderr)
+    assert.is_true(H.has(r.limits, "filesystem"))
+    local d = assert(corral.run_python(code, { policy = plain }))
+    assert.are.equal("denied 13\ndenied 13\nno write 13\n", d.stdout, d.stderr)
+    assert.is_false(core.exists(dir .. "/new.csv"))
+    assert(core.rmtree(dir))
+    assert(core.rmtree(other))
+  end)
+
   it("raises naming a policy file that does not return a table", function()
     local base = os.tmpname()
     local path = base .. ".lua"

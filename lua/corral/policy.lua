@@ -323,7 +323,9 @@ function Policy:launch_args(opts, run, host)
     end
   end
   if self.budgets and self.budgets ~= "off" then
-    add("--budget-cpu-ms", int(opts.cpu_seconds * 1000), "--budget-memory-kb", int(opts.memory_mb * 1024))
+    -- 0.1 s over cpu_seconds, so that a run of one busy process meets its own RLIMIT_CPU first
+    -- (SIGXCPU, which Python can catch) instead of racing the budget's SIGKILL
+    add("--budget-cpu-ms", int(opts.cpu_seconds * 1000 + 100), "--budget-memory-kb", int(opts.memory_mb * 1024))
     if self.budget_poll_ms then add("--budget-poll-ms", int(self.budget_poll_ms)) end
     if self.cgroup and self.budgets ~= "poll" then
       add("--cgroup", self.cgroup)

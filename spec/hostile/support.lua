@@ -227,6 +227,8 @@ listing = {}
 for d in ("/var/tmp", "/dev/shm", cwd):
     try:
         listing[d] = sorted(os.listdir(d))
+    except PermissionError:
+        listing[d] = []     # no run may look there (Landlock): nothing to be seen
     except OSError as e:
         listing[d] = ["<%%s>" %% e]
 print(json.dumps({"found": found, "procs": procs, "listing": listing, "uid": os.getuid()}))
@@ -245,6 +247,10 @@ S.variants = {
   ["host-net"] = { network = "host", deny_tcp = "always" },
   -- no seccomp filter: what the supervisor does when the program may ptrace
   ["no-seccomp"] = { seccomp = "off" },
+  -- the network namespace as the only network wall (no Landlock TCP denial)
+  ["netns-only"] = { deny_tcp = false },
+  -- no private mounts and no Landlock: the suite's own checks must see what a run leaves
+  ["host-work-open"] = { tmpfs = {}, work_mb = false, filesystem = "off" },
   -- no scratch mounts and the work dir on the host: the clean-up faces what the program planted
   ["host-work"] = { tmpfs = {}, work_mb = false },
 }
