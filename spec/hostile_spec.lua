@@ -77,7 +77,9 @@ local function start_inspector(case, ctx, o, cb)
   if uid then pol = pol:extend { uid_range = { uid, uid } } end
   local code = S.inspector_code({ ctx.marker }, ctx)
   local proc, err
-  for _ = 1, 20 do
+  -- the other cases of this process take the lowest free uid: wait for the one running now to
+  -- end (up to its timeout)
+  for _ = 1, 200 do
     proc, err = corral.start(code, { policy = pol, timeout = 5 }, function(r, rerr)
       if not r then return cb(nil, "the inspector failed: " .. tostring(rerr)) end
       local rep = last_json(r.stdout)
