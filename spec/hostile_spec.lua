@@ -77,9 +77,10 @@ local function start_inspector(case, ctx, o, cb)
   if uid then pol = pol:extend { uid_range = { uid, uid } } end
   local code = S.inspector_code({ ctx.marker }, ctx)
   local proc, err
-  -- the other cases of this process take the lowest free uid: wait for the one running now to
-  -- end (up to its timeout)
-  for _ = 1, 200 do
+  -- the other cases of this process take the lowest free uid: let the loop run until the one
+  -- holding it ends (up to its timeout; sleeping here would hold that run up too)
+  local deadline = core.hrtime() + 10
+  while core.hrtime() < deadline do
     proc, err = corral.start(code, { policy = pol, timeout = 5 }, function(r, rerr)
       if not r then return cb(nil, "the inspector failed: " .. tostring(rerr)) end
       local rep = last_json(r.stdout)
@@ -87,8 +88,8 @@ local function start_inspector(case, ctx, o, cb)
       cb(rep)
     end)
     if proc then return end
-    -- EBUSY: another controller on this machine took the uid in the moment it was free
-    H.sh("sleep 0.05")
+    -- EBUSY: another run took the uid in the moment it was free
+    core.run("once")
   end
   cb(nil, "the inspector could not start under uid " .. tostring(uid) .. ": " .. tostring(err) .. " (rerun)")
 end
