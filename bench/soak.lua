@@ -58,11 +58,12 @@ end
 local function run_processes()
   local n = 0
   local me = tostring(core.getpid())
-  local f = io.popen("ps -e -o pid=,uid=,args=")
+  -- zombies are dead and hold nothing but a pid (a container's pid 1 may never reap them)
+  local f = io.popen("ps -e -o pid=,uid=,stat=,args=")
   for line in f:lines() do
-    local pid, uid, args = line:match("^%s*(%d+)%s+(%d+)%s+(.*)$")
+    local pid, uid, stat, args = line:match("^%s*(%d+)%s+(%d+)%s+(%S+)%s+(.*)$")
     uid = tonumber(uid)
-    if pid and pid ~= me and not args:match("^ps ") and ((uid >= 60000 and uid <= 60999)
+    if pid and pid ~= me and not stat:match("^Z") and not args:match("^ps ") and ((uid >= 60000 and uid <= 60999)
         or args:find("/tmp/corral%-%w+/code/")
         or (args:find("corral-launch ", 1, true) and args:find("--parent-pid " .. me .. " ", 1, true))) then
       n = n + 1

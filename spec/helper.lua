@@ -44,12 +44,15 @@ end
 -- under bwrap), any launcher, and (as root) anything owned by a run uid. Found by a scan of every
 -- process, not only our descendants: a setsid escapee is re-parented away from us.
 function H.stray_processes()
-  local f = io.popen("ps -e -o pid=,uid=,args=")
+  -- zombies are left out: dead, holding nothing but a pid, and on a machine whose pid 1 does not
+  -- reap (a container's), an escapee killed after its run stays one for good
+  local f = io.popen("ps -e -o pid=,uid=,stat=,args=")
   local strays = {}
   for line in f:lines() do
-    local pid, uid, args = line:match("^%s*(%d+)%s+(%d+)%s+(.*)$")
+    local pid, uid, stat, args = line:match("^%s*(%d+)%s+(%d+)%s+(%S+)%s+(.*)$")
     pid, uid = tonumber(pid), tonumber(uid)
-    if pid and pid ~= core.getpid() and not args:match("^ps ") and not args:match("^sh %-c") then
+    if pid and pid ~= core.getpid() and not stat:match("^Z") and not args:match("^ps ")
+      and not args:match("^sh %-c") then
       local run_uid = uid >= 60000 and uid <= 60999
       local runs_code = args:find("/tmp/corral%-%w+/code/") or args:find("/home/code.py", 1, true)
       -- launchers of this process (another corral on the machine is not ours to judge)

@@ -244,25 +244,37 @@ struct pstat {
 
 /* /proc/PID/stat: "pid (comm) S ppid ..." (comm may hold spaces and parens): 0, or -1 when the
  * process is gone. Fields are numbered from 1; negative values count as 0. */
-static int read_stat(pid_t pid, struct pstat *s)
+/* The start of /proc/PID/NAME, NUL-terminated, in buf: one read (these files are generated
+ * whole on the first read). 0, or -1 when it cannot be read (the process is gone). */
+static int read_proc(pid_t pid, const char *name, char *buf, size_t len)
 {
-	char path[32], buf[1024];
-	unsigned long long f[25] = { 0 };
-	const char *p;
+	char path[48];
 	ssize_t n;
-	int fd, field = 3;
+	int fd;
 
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	do
-		n = read(fd, buf, sizeof buf - 1);
+		n = read(fd, buf, len - 1);
 	while (n < 0 && errno == EINTR);
 	close(fd);
 	if (n <= 0)
 		return -1;
 	buf[n] = '\0';
+	return 0;
+}
+
+static int read_stat(pid_t pid, struct pstat *s)
+{
+	char buf[1024];
+	unsigned long long f[25] = { 0 };
+	const char *p;
+	int field = 3;
+
+	if (read_proc(pid, "stat", buf, sizeof buf) != 0)
+		return -1;
 	p = strrchr(buf, ')');
 	if (!p || p[1] != ' ' || !p[2])
 		return -1;
@@ -438,22 +450,11 @@ static void measure_walk(void)
  * page counted as its share); -1 when it cannot be read (gone, or no access). */
 static long long read_pss_kb(pid_t pid)
 {
-	char path[40], buf[1024];
+	char buf[1024];
 	const char *p;
-	ssize_t n;
-	int fd;
 
-	snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (read_proc(pid, "smaps_rollup", buf, sizeof buf) != 0)
 		return -1;
-	do
-		n = read(fd, buf, sizeof buf - 1);
-	while (n < 0 && errno == EINTR);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
 	p = strstr(buf, "\nPss:");
 	if (!p)
 		return -1;
@@ -482,6 +483,8 @@ static unsigned long long charged_kb(unsigned long long rss_kb)
 			continue;
 		pss = read_pss_kb(e->pid);
 		kb += pss >= 0 ? (unsigned long long)pss : e->rss_kb;
+		if (kb > bud.mem_limit_kb)
+			break;  /* over already: the rest would only delay the kill */
 	}
 	return kb < rss_kb ? kb : rss_kb;
 }

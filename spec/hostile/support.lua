@@ -259,12 +259,14 @@ S.variants = {
 -- argv, forks included), carrying its marker in argv (escapees that exec something else are
 -- written to do so), or (as root) owned by its uid. `ignore` holds pids of host-side helpers.
 function S.strays(uid, code_dir, marker, ignore)
-  local f = io.popen("ps -e -o pid=,uid=,args=")
+  -- zombies are dead (see spec/helper.lua): left out
+  local f = io.popen("ps -e -o pid=,uid=,stat=,args=")
   local out = {}
   for line in f:lines() do
-    local pid, puid, args = line:match("^%s*(%d+)%s+(%d+)%s+(.*)$")
+    local pid, puid, stat, args = line:match("^%s*(%d+)%s+(%d+)%s+(%S+)%s+(.*)$")
     pid, puid = tonumber(pid), tonumber(puid)
-    if pid and pid ~= core.getpid() and not (ignore and ignore[pid]) and not args:match("^ps ") then
+    if pid and pid ~= core.getpid() and not (ignore and ignore[pid]) and not stat:match("^Z")
+      and not args:match("^ps ") then
       if (uid and puid == uid) or (code_dir and args:find(code_dir, 1, true))
         or (marker and args:find(marker, 1, true)) then
         out[#out + 1] = pid .. " (uid " .. puid .. "): " .. args:sub(1, 80)
