@@ -68,30 +68,38 @@ local function last_json(s)
   return found
 end
 
+-- Inspectors waiting for their pinned uid: retried by run_cases between loop turns (a callback
+-- may not run the loop itself).
+local waiting = {}
+
 -- Start the inspector for a finished case, pinned to the case's uid as root. Calls back with
 -- the parsed report, or nil and a problem.
-local function start_inspector(case, ctx, o, cb)
+local function start_inspector(case, ctx, o, cb, deadline)
   local uid = o.sink and math.tointeger(o.sink.uid)   -- a float when it came through JSON
   local pol = policy.load("default")
   if case.inspector_variant then pol = S.test_policy(case.inspector_variant, {}) end
   if uid then pol = pol:extend { uid_range = { uid, uid } } end
   local code = S.inspector_code({ ctx.marker }, ctx)
-  local proc, err
-  -- the other cases of this process take the lowest free uid: let the loop run until the one
-  -- holding it ends (up to its timeout; sleeping here would hold that run up too)
-  local deadline = core.hrtime() + 10
-  while core.hrtime() < deadline do
-    proc, err = corral.start(code, { policy = pol, timeout = 5 }, function(r, rerr)
-      if not r then return cb(nil, "the inspector failed: " .. tostring(rerr)) end
-      local rep = last_json(r.stdout)
-      if not rep then return cb(nil, "the inspector printed no report: " .. r.stdout .. r.stderr) end
-      cb(rep)
-    end)
-    if proc then return end
-    -- EBUSY: another run took the uid in the moment it was free
-    core.run("once")
+  local proc, err = corral.start(code, { policy = pol, timeout = 5 }, function(r, rerr)
+    if not r then return cb(nil, "the inspector failed: " .. tostring(rerr)) end
+    local rep = last_json(r.stdout)
+    if not rep then return cb(nil, "the inspector printed no report: " .. r.stdout .. r.stderr) end
+    cb(rep)
+  end)
+  if proc then return end
+  -- EBUSY: another case of this process took the lowest free uid, this one, in the moment it
+  -- was free: wait for it to end (up to its timeout)
+  deadline = deadline or core.hrtime() + 10
+  if core.hrtime() > deadline then
+    return cb(nil, "the inspector could not start under uid " .. tostring(uid) .. ": " .. tostring(err))
   end
-  cb(nil, "the inspector could not start under uid " .. tostring(uid) .. ": " .. tostring(err) .. " (rerun)")
+  waiting[#waiting + 1] = function() start_inspector(case, ctx, o, cb, deadline) end
+end
+
+local function retry_waiting()
+  local now = waiting
+  waiting = {}
+  for _, retry in ipairs(now) do retry() end
 end
 
 local function as_list(v)
@@ -323,7 +331,10 @@ local function run_cases(list, prefix, concurrency)
     end
   end
   start_more()
-  while running > 0 do core.run("once") end
+  while running > 0 do
+    core.run("once")        -- returns at once when nothing else is running
+    retry_waiting()
+  end
   return outcomes
 end
 

@@ -84,6 +84,22 @@ except OSError as e:
     assert(core.rmtree(other))
   end)
 
+  it("polls the budgets where the policy's cgroup cannot be used, and refuses to run when it requires one", function()
+    local auto = policy.load("default"):extend { budgets = "auto", cgroup = "/nonexistent/corral" }
+    local r = assert(corral.run_python("print(1)", { policy = auto }))
+    assert.are.equal("1\n", r.stdout)
+    assert.is_true(H.has(r.limits, "budget-poll"), table.concat(r.limits, " "))
+    assert.is_false(H.has(r.limits, "cgroup"))
+    assert.are.equal("ENOENT", r.refused.cgroup.errno)
+    local strict = policy.load("default"):extend { budgets = "cgroup", cgroup = "/nonexistent/corral" }
+    local res, err, code = corral.run_python("print(1)", { policy = strict })
+    assert.is_nil(res)
+    assert.are.equal("ENOENT", code)
+    assert.is_truthy(err:find("cgroup", 1, true), err)
+    -- a policy that names no directory cannot require one
+    assert.has_error(function() policy.load(policy.load("default"):extend { budgets = "cgroup" }) end)
+  end)
+
   it("raises naming a policy file that does not return a table", function()
     local base = os.tmpname()
     local path = base .. ".lua"
