@@ -25,7 +25,8 @@ SECCOMP_LIBS   := $(or $(shell $(PKG_CONFIG) --libs libseccomp 2>/dev/null),-lse
 
 # Debian packages each target needs; installed when run as root, printed otherwise.
 BUILD_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libuv1-dev libseccomp-dev
-TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind lua-check
+TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind lua-check \
+	curl nginx libnginx-mod-http-lua lua-resty-core
 RUN_PKGS   := $(BUILD_PKGS) libseccomp2 lua-cjson python3 bubblewrap
 # libFuzzer: clang (Debian 12: clang-14) and its runtime libclang_rt.fuzzer (libclang-rt-14-dev)
 FUZZ_PKGS  := $(BUILD_PKGS) clang libclang-rt-14-dev
@@ -153,6 +154,8 @@ install: all
 	install -m 0755 $(CORE_SO) $(DESTDIR)$(LIBDIR)/corral/core.so
 	install -m 0644 lua/corral/*.lua $(DESTDIR)$(LUADIR)/corral/
 	install -m 0644 policies/*.lua $(DESTDIR)$(DATADIR)/policies/
+	install -d $(DESTDIR)$(PREFIX)/share/lua/5.1/resty
+	install -m 0644 lua/resty/corral.lua $(DESTDIR)$(PREFIX)/share/lua/5.1/resty/corral.lua
 	sed -e 's|^local INSTALLED_PREFIX = nil|local INSTALLED_PREFIX = "$(PREFIX)"|' \
 		lua/corral/paths.lua > $(DESTDIR)$(LUADIR)/corral/paths.lua
 	sed -e '1s|.*|#!/usr/bin/env $(LUA)|' bin/corral > $(DESTDIR)$(BINDIR)/corral
