@@ -26,7 +26,7 @@ SECCOMP_LIBS   := $(or $(shell $(PKG_CONFIG) --libs libseccomp 2>/dev/null),-lse
 # Debian packages each target needs; installed when run as root, printed otherwise.
 BUILD_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libuv1-dev libseccomp-dev
 TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind lua-check \
-	curl nginx libnginx-mod-http-lua lua-resty-core
+	curl nginx libnginx-mod-http-lua lua-resty-core python3-yaml shellcheck
 RUN_PKGS   := $(BUILD_PKGS) libseccomp2 lua-cjson python3 bubblewrap
 # libFuzzer: clang (Debian 12: clang-14) and its runtime libclang_rt.fuzzer (libclang-rt-14-dev)
 FUZZ_PKGS  := $(BUILD_PKGS) clang libclang-rt-14-dev
