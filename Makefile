@@ -1,5 +1,6 @@
 # corral — build, test, install.
-# Honours CC CFLAGS LDFLAGS PREFIX DESTDIR; finds Lua 5.4, libuv and libseccomp with pkg-config.
+# Honours CC CFLAGS LDFLAGS PREFIX DESTDIR; finds Lua 5.4, libuv and libseccomp with pkg-config;
+# http-parser (no .pc file in Debian) is linked as -lhttp_parser.
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -22,12 +23,15 @@ UV_LIBS    := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null)
 # the launcher's seccomp filter (csrc/launch/seccomp.c)
 SECCOMP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libseccomp 2>/dev/null)
 SECCOMP_LIBS   := $(or $(shell $(PKG_CONFIG) --libs libseccomp 2>/dev/null),-lseccomp)
+# the host module's HTTP server (csrc/core/http.c): nodejs http-parser 2.9
+HTTP_PARSER_CFLAGS ?=
+HTTP_PARSER_LIBS   ?= -lhttp_parser
 
 # Debian packages each target needs; installed when run as root, printed otherwise.
-BUILD_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libuv1-dev libseccomp-dev
+BUILD_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libuv1-dev libseccomp-dev libhttp-parser-dev
 TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind lua-check \
-	curl nginx libnginx-mod-http-lua lua-resty-core python3-yaml shellcheck
-RUN_PKGS   := $(BUILD_PKGS) libseccomp2 lua-cjson python3 bubblewrap
+	curl nginx libnginx-mod-http-lua lua-resty-core python3-yaml shellcheck wrk
+RUN_PKGS   := $(BUILD_PKGS) libseccomp2 libhttp-parser2.9 lua-cjson python3 bubblewrap
 # libFuzzer: clang (Debian 12: clang-14) and its runtime libclang_rt.fuzzer (libclang-rt-14-dev)
 FUZZ_PKGS  := $(BUILD_PKGS) clang libclang-rt-14-dev
 
@@ -51,7 +55,7 @@ $(LAUNCHER): $(LAUNCH_SRC) $(LAUNCH_HDR)
 $(CORE_SO): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p csrc/corral
 	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -fPIC -shared $(LUA_CFLAGS) $(UV_CFLAGS) \
-		-o $@ $(CORE_SRC) $(LDFLAGS) $(UV_LIBS)
+		$(HTTP_PARSER_CFLAGS) -o $@ $(CORE_SRC) $(LDFLAGS) $(UV_LIBS) $(HTTP_PARSER_LIBS)
 
 # deps-*: install the Debian packages a target needs (as root), or print the exact command.
 deps-build deps-test deps-run deps-fuzz:
@@ -85,7 +89,7 @@ asan: deps-test
 	$(CC) $(ASAN_FLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) -o build/asan/corral-launch \
 		$(LAUNCH_SRC) $(SECCOMP_LIBS)
 	$(CC) $(ASAN_FLAGS) $(WARN) -D_GNU_SOURCE -fPIC -shared $(LUA_CFLAGS) $(UV_CFLAGS) \
-		-o build/asan/corral/core.so $(CORE_SRC) $(UV_LIBS)
+		$(HTTP_PARSER_CFLAGS) -o build/asan/corral/core.so $(CORE_SRC) $(UV_LIBS) $(HTTP_PARSER_LIBS)
 	CORRAL_LAUNCH=build/asan/corral-launch CORRAL_CPATH="build/asan/?.so" ASAN_OPTIONS=detect_leaks=0 \
 		LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 		$(LUA) spec/valgrind_runs.lua && echo "asan: zero errors"

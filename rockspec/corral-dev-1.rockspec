@@ -19,6 +19,7 @@ dependencies = {
 external_dependencies = {
   LIBUV = { header = "uv.h" },
   LIBSECCOMP = { header = "seccomp.h", library = "seccomp" },   -- the launcher's seccomp filter
+  HTTP_PARSER = { header = "http_parser.h", library = "http_parser" }, -- core.http_listen
 }
 build = {
   type = "make",
@@ -29,6 +30,8 @@ build = {
     UV_LIBS = "-L$(LIBUV_LIBDIR) -luv",
     SECCOMP_CFLAGS = "-I$(LIBSECCOMP_INCDIR)",
     SECCOMP_LIBS = "-L$(LIBSECCOMP_LIBDIR) -lseccomp",
+    HTTP_PARSER_CFLAGS = "-I$(HTTP_PARSER_INCDIR)",
+    HTTP_PARSER_LIBS = "-L$(HTTP_PARSER_LIBDIR) -lhttp_parser",
   },
   install_variables = {
     PREFIX = "$(PREFIX)",

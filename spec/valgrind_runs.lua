@@ -16,3 +16,69 @@ check(res == nil, "bad interpreter")
 local results = corral.run_many({ "print(1)", "print(2)", "import time; time.sleep(3)" }, { concurrency = 3 })
 check(#results == 3, "run_many")
 collectgarbage()
+
+-- The HTTP server (core.http_listen), core.signal and core.timer, with real clients.
+local core = require "corral.core"
+local function wait(pred)
+  local expired = false
+  local t = core.timer(30, function() expired = true end)
+  while not pred() and not expired do core.run("once") end
+  t:close()
+  check(pred(), "http: timed out")
+end
+local function client(file, args)
+  local out
+  assert(core.spawn { file = file, args = args, timeout = 20, on_exit = function(x) out = x end })
+  wait(function() return out end)
+  return out
+end
+local dir = core.mkdtemp("/tmp/corral-vg-XXXXXX")
+local sock = dir .. "/s.sock"
+local held, closed = nil, false
+local srv = assert(core.http_listen {
+  listen = "unix:" .. sock, max_body_bytes = 4096, header_timeout = 1, body_timeout = 1,
+  on_request = function(req, reply)
+    if req.path == "/boom" then error("boom") end
+    if req.path == "/hold" then
+      held = reply
+      reply:on_close(function() closed = true end)
+      return
+    end
+    reply:send(200, { ["Content-Type"] = "text/plain" }, req.method .. " " .. #req.body)
+  end,
+  on_error = function() end,
+})
+local body = dir .. "/body"
+assert(core.write_file(body, string.rep("x", 3000)))
+r = client("/usr/bin/curl", { "-q", "-sS", "--unix-socket", sock, "http://x/a", "http://x/boom",
+  "-d", "abc", "http://x/b" })
+check(r.exit_status == 0 and r.stdout:find("POST 3", 1, true), "http: curl keep-alive")
+r = client("/usr/bin/curl", { "-q", "-sS", "--unix-socket", sock, "-H", "Expect: 100-continue",
+  "-H", "Transfer-Encoding: chunked", "--data-binary", "@" .. body, "http://x/up" })
+check(r.stdout == "POST 3000", "http: chunked upload")
+r = client("/usr/bin/curl", { "-q", "-sS", "--unix-socket", sock, "--data-binary", "@" .. body,
+  "-H", "Content-Length: 9000", "http://x/big" })
+check(r.stdout:find("body_too_large", 1, true), "http: 413")
+r = client("/usr/bin/python3", { "-c", [[
+import socket, sys, time
+def c():
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); return s
+s = c(); s.sendall(b"GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\nBAD / HTTP/1.1\r\n\r\n"); time.sleep(0.3)
+s = c(); s.sendall(b"GET / HTTP/1.1\r\n"); time.sleep(1.5)
+s = c(); s.sendall(b"GET /hold HTTP/1.1\r\n\r\n"); time.sleep(0.3); s.close()
+]], sock })
+check(r.exit_status == 0, "http: raw client")
+wait(function() return closed end)
+check(held:send(200) == false, "http: send after the client left")
+local got
+local w = assert(core.signal(10, function(n) got = n end))
+core.kill(core.getpid(), 10)
+wait(function() return got == 10 end)
+w:close()
+srv:close()
+core.run("nowait")
+assert(core.rmtree(dir))
+-- a server left open: the loop's teardown (at lua_close) closes it without Lua
+assert(core.http_listen { listen = "127.0.0.1:0", on_request = function() end })
+core.timer(100, function() end)
+collectgarbage()

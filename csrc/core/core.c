@@ -77,14 +77,20 @@ static int traceback(lua_State *L) {
   return 1;
 }
 
-/* The error slot of a loop is registry[cl] (a light userdata key created at luaopen, so storing
- * into it never allocates): false, or the first error a callback raised. */
-int corral_pcall(corral_loop *cl, lua_State *L, int nargs) {
+int corral_pcall_keep(lua_State *L, int nargs) {
   int base = lua_gettop(L) - nargs; /* the function */
   int status;
   lua_pushcfunction(L, traceback);
   lua_insert(L, base);
   status = lua_pcall(L, nargs, 0, base);
+  lua_remove(L, base);
+  return status;
+}
+
+/* The error slot of a loop is registry[cl] (a light userdata key created at luaopen, so storing
+ * into it never allocates): false, or the first error a callback raised. */
+int corral_pcall(corral_loop *cl, lua_State *L, int nargs) {
+  int status = corral_pcall_keep(L, nargs);
   if (status != LUA_OK) {
     lua_rawgetp(L, LUA_REGISTRYINDEX, cl);
     if (lua_toboolean(L, -1)) {
@@ -95,7 +101,6 @@ int corral_pcall(corral_loop *cl, lua_State *L, int nargs) {
     }
     uv_stop(&cl->loop); /* so that core.run returns and re-raises it */
   }
-  lua_remove(L, base);
   return status;
 }
 
@@ -192,14 +197,16 @@ corral_loop *corral_loop_up(lua_State *L) {
   return *pp;
 }
 
-/* close, __gc: kill and reap what still runs, close every handle, let the close callbacks run,
- * close the loop. Safe twice. */
+/* close, __gc: close the servers and watches (no Lua), kill and reap what still runs, close
+ * every handle, let the close callbacks run, close the loop. Safe twice. */
 static int loop_close(lua_State *L) {
   corral_loop **pp = (corral_loop **)luaL_checkudata(L, 1, CORRAL_LOOP_MT);
   corral_loop *cl = *pp;
   if (cl == NULL) return 0;
   *pp = NULL;
   cl->closing = 1;
+  corral_http_shutdown(cl); /* before the runs': its walk closes whatever is left as a run's */
+  corral_watch_shutdown(cl);
   corral_runs_shutdown(cl);
   uv_run(&cl->loop, UV_RUN_DEFAULT); /* only close callbacks are left */
   lua_pushnil(L);
@@ -383,6 +390,9 @@ static const luaL_Reg funcs[] = {
     {"set_dumpable", l_set_dumpable},
     {"time", l_time},
     {"spawn", corral_spawn},
+    {"http_listen", corral_http_listen},
+    {"signal", corral_signal},
+    {"timer", corral_timer},
     {"run", l_run},
     {"mkdtemp", corral_mkdtemp},
     {"rmtree", corral_rmtree},
@@ -432,6 +442,8 @@ LUAMOD_API int luaopen_corral_core(lua_State *L) {
 
   corral_proc_open(L);
   corral_lock_open(L);
+  corral_http_open(L);
+  corral_watch_open(L);
 
   /* the userdata first, closed; then the loop */
   pp = (corral_loop **)lua_newuserdatauv(L, sizeof *pp, 0);

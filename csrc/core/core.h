@@ -6,6 +6,8 @@
  * fs.c       mkdtemp, rmtree, write_file, chown, chmod, exists
  * utf8.c     utf8_repair (a pure function plus its binding)
  * lock.c     core.lock
+ * http.c     core.http_listen: an HTTP/1.1 server (http-parser) and its corral.http_res
+ * watch.c    core.signal, core.timer: small handles that call a Lua function
  *
  * There is no process-wide state: every luaopen makes its own corral_loop, reached through the
  * first upvalue of the module's functions (busted loads the module afresh per spec file).
@@ -24,16 +26,25 @@
 #define CORRAL_PROC_MT "corral.proc"
 #define CORRAL_LOCK_MT "corral.lock"
 #define CORRAL_DIR_MT  "corral.dirguard"
+#define CORRAL_SERVER_MT "corral.http_server"
+#define CORRAL_RES_MT    "corral.http_res"
+#define CORRAL_SIGNAL_MT "corral.signal"
+#define CORRAL_TIMER_MT  "corral.timer"
 
-/* One read buffer per loop: libuv reads into it, process.c copies what fits under the caps. */
+/* One read buffer per loop: libuv reads into it, process.c copies what fits under the caps;
+ * http.c reads input it drops (after a closing response) into it. */
 #define CORRAL_SCRATCH_SIZE (64 * 1024)
 
 struct corral_run;
+struct corral_http_server;
+struct corral_watch;
 
 typedef struct corral_loop {
   uv_loop_t loop;
   lua_State *L;               /* the main Lua thread: callbacks run on it */
   struct corral_run *runs;    /* every run whose handles are not all closed yet */
+  struct corral_http_server *servers; /* every server whose handles are not all closed yet */
+  struct corral_watch *watches;       /* every signal watcher and timer not closed yet */
   int running;                /* inside uv_run (core.run is not re-entrant) */
   int closing;                /* the loop is being torn down: no Lua from callbacks */
   int err_ref;                /* first error raised by a callback, re-raised by core.run */
@@ -54,6 +65,9 @@ int corral_fail_uv(lua_State *L, int uverr, const char *fmt, ...);
  * A failure is kept (the first one) in cl->err_ref and stops the loop so that core.run re-raises
  * it; returns the lua_pcall status. */
 int corral_pcall(corral_loop *cl, lua_State *L, int nargs);
+/* The same protected call with a traceback, but a failure is only left on the stack (the error
+ * message replaces the function and its arguments); for callers that handle it themselves. */
+int corral_pcall_keep(lua_State *L, int nargs);
 
 /* Strict option tables: raise naming the first key of table idx that is not in known. */
 void corral_check_keys(lua_State *L, int idx, const char *const known[]);
@@ -72,6 +86,19 @@ void corral_proc_open(lua_State *L);          /* registers the corral.proc metat
 /* Loop teardown: SIGKILL and reap every running child, then uv_close every handle (their close
  * callbacks free the runs without calling Lua; the caller runs the loop to let them fire). */
 void corral_runs_shutdown(corral_loop *cl);
+
+/* ---- http.c ---- */
+int corral_http_listen(lua_State *L);
+void corral_http_open(lua_State *L);          /* registers corral.http_server, corral.http_res */
+/* Loop teardown: close every listener and connection without calling Lua (unix socket paths
+ * are unlinked); the caller runs the loop to let the close callbacks free them. */
+void corral_http_shutdown(corral_loop *cl);
+
+/* ---- watch.c ---- */
+int corral_signal(lua_State *L);
+int corral_timer(lua_State *L);
+void corral_watch_open(lua_State *L);         /* registers corral.signal, corral.timer */
+void corral_watch_shutdown(corral_loop *cl);  /* loop teardown: close them, no Lua */
 
 /* ---- fs.c ---- */
 int corral_mkdtemp(lua_State *L);

@@ -1,4 +1,4 @@
---- The `corral` command line: run, probe, policies.
+--- The `corral` command line: run, probe, policies, serve.
 -- Exit codes of `corral run`: the program's own code; 124 when it timed out; 128+N when a signal
 -- ended it; 125 when the sandbox itself failed; 2 for a usage error.
 local M = {}
@@ -15,6 +15,7 @@ commands:
   run        run a Python file (or - for stdin) in the sandbox
   probe      show what this host supports and what a policy will apply
   policies   list the policies corral can load
+  serve      run the HTTP controller (HTTP/1.1 + JSON on a unix socket or loopback TCP)
   help       show this text; `corral COMMAND --help` shows a command's options
 
 `corral --version` prints the version.
@@ -53,6 +54,30 @@ policy will apply here.
 usage: corral policies [--json]
 
 Lists the policies found on the policy path (CORRAL_POLICY_PATH, then the shipped ones).
+]],
+  serve = [[
+usage: corral serve [OPTIONS]
+
+Runs the HTTP controller: POST /v1/run, POST /v1/eval, GET /healthz, GET /v1/probe, GET /metrics
+(HTTP/1.1 + JSON). Logs one line per request to stderr. SIGTERM or SIGINT drains: no new
+connections, the runs in progress and queued finish (a second signal kills them), exit 0.
+
+options:
+  --listen ADDR        unix:/path.sock or HOST:PORT (default: unix:/run/corral.sock as root,
+                       else unix:$XDG_RUNTIME_DIR/corral.sock or unix:/tmp/corral-$UID.sock);
+                       a unix socket is made with mode 0660
+  --policy P           policy of every run (name or path; default: default); requests may not
+                       choose another
+  --concurrency N      runs at once (default: the number of CPUs)
+  --queue N            requests waiting for a slot before 503 "overloaded" (default 64)
+  --token-file F       require 'Authorization: Bearer <token>' with the token in F (default: the
+                       CORRAL_TOKEN environment variable); required for a TCP listener
+  --max-body BYTES     largest request body, else 413 (default 1048576)
+  --drain-seconds S    on SIGTERM, how long runs may finish before they are killed (default 30)
+  --json-log           log JSON lines instead of text
+  -h, --help           show this text
+
+exit status: 0 after a drain; 1 when it cannot listen; 2 usage or configuration error.
 ]],
 }
 
@@ -141,28 +166,6 @@ local function json_lib()
   return cjson
 end
 
--- The JSON object of `corral run --json`: exactly the result fields (and `error` on failure).
-local function result_object(res, cjson, err, code)
-  local null = cjson.null
-  if not res then
-    return {
-      ok = false, stdout = "", stderr = "", returncode = null, timed_out = false, truncated = false,
-      network_isolated = false, limits = {}, reason = null, signal = null,
-      usage = { wall_s = 0, cpu_user_s = 0, cpu_sys_s = 0, max_rss_kb = 0, cpu_total_s = null,
-                memory_peak_kb = null },
-      error = { kind = code or "error", message = err },
-    }
-  end
-  return {
-    ok = res.ok, stdout = res.stdout, stderr = res.stderr, returncode = res.returncode,
-    timed_out = res.timed_out, truncated = res.truncated, network_isolated = res.network_isolated,
-    limits = res.limits, reason = res.reason, signal = res.signal or null,
-    usage = { wall_s = res.usage.wall_s, cpu_user_s = res.usage.cpu_user_s,
-              cpu_sys_s = res.usage.cpu_sys_s, max_rss_kb = res.usage.max_rss_kb,
-              cpu_total_s = res.usage.cpu_total_s or null, memory_peak_kb = res.usage.memory_peak_kb or null },
-  }
-end
-
 local function cmd_run(args)
   local opts, pos = parse(args, 2, RUN_FLAGS)
   if not opts then return usage_error("run", pos) end
@@ -191,16 +194,8 @@ local function cmd_run(args)
     return usage_error("run", (tostring(res):gsub("^run_python: ", "")))
   end
   if json then
-    local obj = result_object(res, cjson, rerr, rcode)
-    local text
-    if #obj.limits == 0 then
-      -- lua-cjson encodes an empty table as {}; limits is an array
-      obj.limits = cjson.null
-      text = cjson.encode(obj):gsub('"limits":null', '"limits":[]', 1)
-    else
-      text = cjson.encode(obj)
-    end
-    say(io.stdout, text .. "\n")
+    local result = require "corral.result"
+    say(io.stdout, result.encode(result.object(res, rerr, rcode, cjson.null), cjson) .. "\n")
   elseif res then
     io.stdout:write(res.stdout)
     io.stdout:flush()
@@ -294,6 +289,54 @@ local function cmd_policies(args)
   return 0
 end
 
+local SERVE_FLAGS = {
+  ["--listen"] = { "listen", "string" },
+  ["--policy"] = { "policy", "string" },
+  ["--concurrency"] = { "concurrency", "integer" },
+  ["--queue"] = { "queue", "integer" },
+  ["--token-file"] = { "token_file", "string" },
+  ["--max-body"] = { "max_body_bytes", "integer" },
+  ["--drain-seconds"] = { "drain_seconds", "number" },
+  ["--json-log"] = { "json_log", "flag" },
+}
+
+local function cmd_serve(args)
+  local opts, pos = parse(args, 2, SERVE_FLAGS)
+  if not opts then return usage_error("serve", pos) end
+  if opts.help then say(io.stdout, USAGE.serve) return 0 end
+  if #pos > 0 then return usage_error("serve", "unexpected argument " .. pos[1]) end
+  if not json_lib() then say(io.stderr, "corral serve: needs lua-cjson (apt-get install lua-cjson)\n") return EXIT_USAGE end
+  local token
+  if opts.token_file then
+    local data, err = read_file(opts.token_file)
+    if not data then return usage_error("serve", "cannot read --token-file " .. opts.token_file .. ": " .. tostring(err)) end
+    token = data:gsub("%s+$", "")
+    if token == "" then return usage_error("serve", "--token-file " .. opts.token_file .. " is empty") end
+    opts.token_file = nil
+  else
+    local env = os.getenv("CORRAL_TOKEN")
+    if env and env ~= "" then token = env end
+  end
+  opts.token = token
+  local serve = require "corral.serve"
+  local ok, srv, err = pcall(serve.start, opts)
+  if not ok then
+    -- the library names its config keys; name the flags instead
+    local msg = tostring(srv):gsub("^serve: ", ""):gsub("option '([%w_]+)'", function(key)
+      for flag, spec in pairs(SERVE_FLAGS) do
+        if spec[1] == key then return flag end
+      end
+    end)
+    return usage_error("serve", msg)
+  end
+  if not srv then
+    say(io.stderr, "corral serve: cannot listen on " .. tostring(opts.listen or serve.default_listen()) .. ": " .. tostring(err) .. "\n")
+    return 1
+  end
+  -- false only if the loop ran dry while the server still listened, which would be a bug
+  return srv:run() and 0 or 1
+end
+
 --- Entry point: `args` is the script's `arg` table; returns the exit status.
 function M.main(args)
   -- the CLI is the controller: a program that shares its uid (no user namespace, no run uid)
@@ -308,6 +351,7 @@ function M.main(args)
   if cmd == "run" then return cmd_run(args) end
   if cmd == "probe" then return cmd_probe(args) end
   if cmd == "policies" then return cmd_policies(args) end
+  if cmd == "serve" then return cmd_serve(args) end
   return usage_error(nil, "unknown command '" .. cmd .. "'")
 end
 

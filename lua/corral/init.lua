@@ -289,6 +289,37 @@ local function strip(s)
 end
 M._strip = strip
 
+-- eval_in_sandbox's options → run options, and its settings that are not public options.
+local EVAL_EXTRA = { kill_on_overflow = true, policy = "bwrap" }
+
+local function eval_run_options(opts)
+  return {
+    timeout = opts.timeout_max_time_sec or 10,
+    cpu_seconds = opts.cpu_max_time_sec or 1,
+    memory_mb = opts.mem_max_mb or 100,
+    max_output = (opts.io_max_kb or 128) * 1024,
+    policy = opts.policy,
+    python = opts.python,
+    stdin = opts.stdin,
+  }
+end
+
+-- A run's outcome → seed 003's ProcessOutput, or nil and a SandboxError.
+local function eval_outcome(res, err, ecode, raw)
+  if not res then
+    return nil, sandbox_error(ecode == "ENOENT" and "unavailable" or "sandbox", err)
+  end
+  if res.timed_out then return nil, sandbox_error("timeout", "Process timed out") end
+  if res.reason == "output" or res.truncated then return nil, sandbox_error("output", "I/O buffer size exceeded") end
+  local _, out_ok = core.utf8_repair(raw.stdout)
+  local _, err_ok = core.utf8_repair(raw.stderr)
+  if not (out_ok and err_ok) then
+    return nil, sandbox_error("encoding", "Subprocess did not produce valid UTF-8")
+  end
+  return { returncode = res.returncode, stdout = strip(res.stdout), stderr = strip(res.stderr),
+           ok = res.returncode == 0 }
+end
+
 --- Seed 003's `eval_in_sandbox`: run code under bubblewrap (policy "bwrap") with the given limits.
 -- Options: mem_max_mb=100, cpu_max_time_sec=1, timeout_max_time_sec=10, io_max_kb=128 (per stream),
 -- and policy, python, stdin.
@@ -298,47 +329,52 @@ M._strip = strip
 function M.eval_in_sandbox(code, opts)
   check_code("eval_in_sandbox", code)
   opts = options.check("eval_in_sandbox", opts, options.eval_schema)
-  local ro = {
-    timeout = opts.timeout_max_time_sec or 10,
-    cpu_seconds = opts.cpu_max_time_sec or 1,
-    memory_mb = opts.mem_max_mb or 100,
-    max_output = (opts.io_max_kb or 128) * 1024,
-    policy = opts.policy,
-    python = opts.python,
-    stdin = opts.stdin,
-  }
-  local res, err, ecode, raw = wait("eval_in_sandbox", code, ro, { kill_on_overflow = true, policy = "bwrap" })
-  if not res then
-    error(sandbox_error(ecode == "ENOENT" and "unavailable" or "sandbox", err), 2)
-  end
-  if res.timed_out then error(sandbox_error("timeout", "Process timed out"), 2) end
-  if res.reason == "output" or res.truncated then error(sandbox_error("output", "I/O buffer size exceeded"), 2) end
-  local _, out_ok = core.utf8_repair(raw.stdout)
-  local _, err_ok = core.utf8_repair(raw.stderr)
-  if not (out_ok and err_ok) then
-    error(sandbox_error("encoding", "Subprocess did not produce valid UTF-8"), 2)
-  end
-  return { returncode = res.returncode, stdout = strip(res.stdout), stderr = strip(res.stderr),
-           ok = res.returncode == 0 }
+  local out, serr = eval_outcome(wait("eval_in_sandbox", code, eval_run_options(opts), EVAL_EXTRA))
+  if not out then error(serr, 2) end
+  return out
 end
 
---- What this host supports and what a policy will apply.
--- @param name policy name (default "default")
--- @return table `{launcher, euid, root, network_isolation, pid_namespace, setuid, bwrap, caps,
--- rlimits, policy}`, or nil, message, code
-function M.probe(name)
+--- `eval_in_sandbox` without waiting (for the HTTP controller): the loop calls
+-- `on_done(output)` or `on_done(nil, sandbox_error)` when the run has ended and been cleaned up;
+-- a third argument is the run's own result (for its `reason` and `usage`), nil when the sandbox
+-- failed. Bad options raise, as in `eval_in_sandbox`.
+-- @return a process handle (`:kill()`, `:pid()`), or nil and a SandboxError when nothing started
+function M.start_eval(code, opts, on_done)
+  check_code("start_eval", code)
+  if type(on_done) ~= "function" then error("start_eval: on_done must be a function", 0) end
+  opts = options.check("start_eval", opts, options.eval_schema)
+  local proc, err, ecode = launch("start_eval", code, eval_run_options(opts), function(res, rerr, rcode, raw)
+    local out, serr = eval_outcome(res, rerr, rcode, raw)
+    on_done(out, serr, res)
+  end, EVAL_EXTRA)
+  if not proc then return nil, select(2, eval_outcome(nil, err, ecode)) end
+  return proc
+end
+
+--- The run options `eval_in_sandbox` would use for `opts` (already checked), and the policy it
+-- runs under: lets a caller check a request against the policy before queueing it.
+function M.eval_run_options(opts)
+  local ro = eval_run_options(opts)
+  return ro, ro.policy or EVAL_EXTRA.policy
+end
+
+-- The host's side of a probe and the policy's description; the caller adds what the policy
+-- applied to a real (empty) run.
+local function probe_base(what, name)
   local host, err, ecode = hostmod.probe()
   if not host then return nil, err, ecode end
   local ok, pol = pcall(policy.load, name or "default")
-  if not ok then error("probe: " .. tostring(pol), 0) end
+  if not ok then error(what .. ": " .. tostring(pol), 0) end
   local out = {}
   for k, v in pairs(host) do out[k] = v end
   out.policy = { name = pol.name, description = pol.description, network = pol.network,
                  pid_namespace = pol.pid_namespace,
                  run_uid = (host.root and host.setuid and pol.uid_range) and
                    (pol.uid_range[1] .. "-" .. pol.uid_range[2]) or nil }
-  -- what the policy applies here is what it applied to a real (empty) run, not a prediction
-  local res, rerr = wait("probe", "pass", { policy = pol })
+  return out, pol
+end
+
+local function probe_finish(out, res, rerr)
   if res then
     out.policy.limits = res.limits
     out.policy.refused = res.refused
@@ -346,6 +382,36 @@ function M.probe(name)
     out.policy.error = rerr
   end
   return out
+end
+
+--- What this host supports and what a policy will apply.
+-- @param name policy name (default "default")
+-- @return table `{launcher, euid, root, network_isolation, pid_namespace, setuid, bwrap, caps,
+-- rlimits, policy}`, or nil, message, code
+function M.probe(name)
+  local out, pol, ecode = probe_base("probe", name)
+  if not out then return nil, pol, ecode end
+  -- what the policy applies here is what it applied to a real (empty) run, not a prediction
+  local res, rerr = wait("probe", "pass", { policy = pol })
+  return probe_finish(out, res, rerr)
+end
+
+--- `probe` without waiting for its run (for the HTTP controller): the loop calls `on_done(probe)`
+-- or `on_done(nil, message, code)`. The host's capabilities are learnt with a short blocking
+-- `corral-launch --probe` the first time (then cached).
+-- @return true, or nil, message, code when nothing started
+function M.start_probe(name, on_done)
+  if type(on_done) ~= "function" then error("start_probe: on_done must be a function", 0) end
+  local out, pol, ecode = probe_base("start_probe", name)
+  if not out then return nil, pol, ecode end
+  local proc, err, code = launch("start_probe", "pass", { policy = pol }, function(res, rerr)
+    on_done(probe_finish(out, res, rerr))
+  end)
+  if not proc then
+    -- the run could not start: the probe still says what the host supports
+    return nil, err, code
+  end
+  return true
 end
 
 --- Policies found on the policy path: array of `{name, path, description}`.

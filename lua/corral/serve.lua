@@ -1,0 +1,850 @@
+--- corral serve: the HTTP/1.1 + JSON controller.
+--
+-- `serve.start(config)` listens on a unix socket or a TCP address (the HTTP server itself is in
+-- the host module, `core.http_listen`) and returns a server object; the caller then drives the
+-- loop with `corral.run_loop()` until the server has stopped. Routes:
+--
+--     POST /v1/run     {"code": ..., run options}  → 200 and the result object of `corral run --json`
+--     POST /v1/eval    {"code": ..., seed 003's options} → 200 {ok, returncode, stdout, stderr}
+--     GET  /healthz    → 200 {"ok": true, ...}, 503 while draining
+--     GET  /v1/probe   → corral.probe() of the server's policy (run once, then cached)
+--     GET  /metrics    → Prometheus text format
+--
+-- Every error is a JSON body `{"error": {"code": ..., "message": ..., "field": ...}}`; README.md,
+-- "The HTTP controller", lists the codes. At most `concurrency` runs at once, then a bounded FIFO
+-- queue, then 503 "overloaded" with Retry-After. A client that goes away is dropped from the queue,
+-- or its run is killed. SIGTERM and SIGINT drain: stop accepting, finish what is running and
+-- queued for up to `drain_seconds`, kill the rest, stop.
+local core = require "corral.core"
+local corral = require "corral"
+local options = require "corral.options"
+local policy = require "corral.policy"
+local hostmod = require "corral.host"
+local result = require "corral.result"
+
+local M = {}
+
+local SIGINT, SIGTERM = 2, 15
+local floor, ceil, hrtime = math.floor, math.ceil, core.hrtime
+
+local cjson
+do
+  local ok, lib = pcall(require, "cjson")
+  if ok then
+    -- a private instance: its settings do not change the embedder's cjson
+    cjson = lib.new()
+    cjson.encode_invalid_numbers(false)
+    cjson.decode_invalid_numbers(false)
+    cjson.decode_max_depth(32)
+  end
+end
+
+--- The JSON fields `POST /v1/run` accepts and their JSON types ("integer": a whole number).
+-- `python` and `env` are left out on purpose: the interpreter and the environment are the
+-- operator's choice (the policy's), not a caller's.
+M.RUN_FIELDS = {
+  code = "string", timeout = "number", cpu_seconds = "integer", memory_mb = "integer",
+  file_mb = "integer", processes = "integer", open_files = "integer", max_output = "integer",
+  stdin = "string", policy = "string", require_network_isolation = "boolean",
+}
+
+--- The JSON fields `POST /v1/eval` accepts (seed 003's names).
+M.EVAL_FIELDS = {
+  code = "string", mem_max_mb = "integer", cpu_max_time_sec = "integer",
+  timeout_max_time_sec = "number", io_max_kb = "integer", stdin = "string",
+}
+
+-- eval's names for the run options its own are turned into (for errors and `clamped`)
+local EVAL_NAME = { memory_mb = "mem_max_mb", cpu_seconds = "cpu_max_time_sec",
+                    timeout = "timeout_max_time_sec", max_output = "io_max_kb" }
+
+local ROUTES = {
+  ["/v1/run"] = { POST = "run" },
+  ["/v1/eval"] = { POST = "eval" },
+  ["/healthz"] = { GET = "health" },
+  ["/v1/probe"] = { GET = "probe" },
+  ["/metrics"] = { GET = "metrics" },
+}
+
+-- the run-duration histogram's upper bounds, seconds
+local BUCKETS = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300 }
+
+-- reasons a run can end with, listed at 0 from the start so that rate() sees the first one
+local REASONS = { "exit", "timeout", "cpu", "memory", "processes", "file-size", "output", "signal",
+                  "cancelled", "shutdown", "error" }
+local REJECT_CODES = { "bad_json", "bad_request", "missing_field", "unknown_field", "invalid_field",
+                       "over_limit", "policy_not_allowed", "unauthorized", "not_found",
+                       "method_not_allowed", "overloaded", "draining" }
+
+local CONFIG = {
+  listen = "string", policy = "policy", policies = "table", eval_policy = "policy",
+  concurrency = "integer", queue = "integer", token = "string", max_body_bytes = "integer",
+  drain_seconds = "number", json_log = "boolean", log = "function", unix_mode = "integer",
+  signals = "boolean", on_stop = "function", max_connections = "integer",
+  header_timeout = "number", body_timeout = "number", idle_timeout = "number",
+  max_header_bytes = "integer", backlog = "integer",
+}
+
+--- Where `corral serve` listens by default: `unix:/run/corral.sock` as root, else
+-- `unix:$XDG_RUNTIME_DIR/corral.sock`, else `unix:/tmp/corral-$UID.sock`.
+function M.default_listen()
+  if core.geteuid() == 0 then return "unix:/run/corral.sock" end
+  local xdg = os.getenv("XDG_RUNTIME_DIR")
+  if xdg and xdg:sub(1, 1) == "/" then return "unix:" .. xdg .. "/corral.sock" end
+  return "unix:/tmp/corral-" .. core.getuid() .. ".sock"
+end
+
+--- Parse a listen address.
+-- @return `{unix = path}` or `{host = h, port = n, loopback = bool}`; or nil and a message
+function M.parse_listen(s)
+  if type(s) ~= "string" or s == "" then return nil, "the listen address must be a non-empty string" end
+  if s:sub(1, 5) == "unix:" then
+    local path = s:sub(6)
+    if path == "" or path:find("\0", 1, true) then return nil, "'" .. s .. "' names no socket path" end
+    return { unix = path }
+  end
+  local host, port = s:match("^%[([%x:%.]+)%]:(%d+)$")
+  if not host then host, port = s:match("^(%d+%.%d+%.%d+%.%d+):(%d+)$") end
+  port = tonumber(port)
+  if not host or not port or port > 65535 then
+    return nil, "'" .. s .. "' is neither unix:/path.sock nor IPV4:PORT or [IPV6]:PORT (127.0.0.1:8080, [::1]:8080)"
+  end
+  local loopback = host:match("^127%.%d+%.%d+%.%d+$") ~= nil or host == "::1"
+  return { host = host, port = port, loopback = loopback }
+end
+
+local function config_error(key, msg)
+  error("serve: option '" .. key .. "' " .. msg, 0)
+end
+
+local function check_config(config)
+  if config == nil then config = {} end
+  if type(config) ~= "table" then error("serve: config must be a table, got " .. type(config), 0) end
+  local c = {}
+  for k, v in pairs(config) do
+    local kind = CONFIG[k]
+    if not kind then config_error(tostring(k), "is not a known option") end
+    if kind == "policy" then
+      if type(v) ~= "string" and type(v) ~= "table" then config_error(k, "must be a policy name, path or table") end
+    elseif kind == "integer" then
+      if math.type(v) ~= "integer" and not (type(v) == "number" and floor(v) == v) then
+        config_error(k, "must be a whole number, got " .. tostring(v))
+      end
+      v = floor(v)
+    elseif type(v) ~= kind then
+      config_error(k, "must be a " .. kind .. ", got " .. type(v))
+    end
+    c[k] = v
+  end
+  c.listen = c.listen or M.default_listen()
+  local where, err = M.parse_listen(c.listen)
+  if not where then config_error("listen", err) end
+  c.where = where
+  if c.token == "" then config_error("token", "is empty") end
+  if c.token and c.token:find("[%s%c]") then config_error("token", "must not hold spaces or control characters") end
+  if where.host and not c.token then
+    error("serve: a TCP listener (" .. c.listen .. ") needs a bearer token: give --token-file FILE or set "
+      .. "CORRAL_TOKEN" .. (where.loopback and "" or "; it would be open to the network")
+      .. " (or listen on a unix socket, whose mode 0660 decides who may connect)", 0)
+  end
+  c.concurrency = c.concurrency or core.cpu_count()
+  if c.concurrency < 1 then config_error("concurrency", "must be at least 1") end
+  c.queue = c.queue or 64
+  if c.queue < 0 then config_error("queue", "must be at least 0") end
+  c.max_body_bytes = c.max_body_bytes or 1048576
+  if c.max_body_bytes < 1 then config_error("max_body_bytes", "must be at least 1") end
+  c.drain_seconds = c.drain_seconds or 30
+  if c.drain_seconds < 0 or c.drain_seconds ~= c.drain_seconds then config_error("drain_seconds", "must be >= 0") end
+  c.policy = c.policy or "default"
+  c.eval_policy = c.eval_policy or "bwrap"
+  c.unix_mode = c.unix_mode or 432 -- 0660
+  if c.signals == nil then c.signals = true end
+  return c
+end
+
+-- JSON helpers ---------------------------------------------------------------------------------
+
+local function json_type(v)
+  if v == cjson.null then return "null" end
+  local t = type(v)
+  if t == "table" then return (v[1] ~= nil or next(v) == nil) and "array" or "object" end
+  return t
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+-- A request error: status, machine-readable code, message, and the field it is about.
+local function reject(status, code, message, field)
+  return { status = status, code = code, message = message, field = field }
+end
+
+-- The body as a JSON object, or a reject.
+local function decode_object(body)
+  if body == nil or body:match("^%s*$") then
+    return nil, reject(400, "bad_json", "the body is empty: send a JSON object such as {\"code\": \"print(1)\"}")
+  end
+  local _, valid = core.utf8_repair(body)
+  if not valid then return nil, reject(400, "bad_json", "the body is not valid UTF-8") end
+  local ok, obj = pcall(cjson.decode, body)
+  if not ok then
+    return nil, reject(400, "bad_json", "the body is not valid JSON: " .. tostring(obj):gsub("^.-:%d+: ", ""))
+  end
+  -- an empty array and an empty object decode alike: the first character tells them apart
+  if type(obj) ~= "table" or not body:match("^%s*{") then
+    return nil, reject(400, "bad_request", "the body must be a JSON object, got " .. json_type(obj)
+      .. (type(obj) == "table" and body:match("^%s*%[") and " (an array)" or ""))
+  end
+  return obj
+end
+
+-- Check the object's fields against `fields` (name → JSON type). null counts as absent.
+-- @return code, opts (everything but `code`); or nil, reject
+local function check_fields(obj, fields)
+  local opts = {}
+  for _, k in ipairs(sorted_keys(obj)) do
+    local v = obj[k]
+    local want = fields[k]
+    if not want then
+      return nil, reject(400, "unknown_field", "field '" .. tostring(k) .. "' is not known here (known: "
+        .. table.concat(sorted_keys(fields), ", ") .. ")", tostring(k))
+    end
+    if v ~= cjson.null then
+      local got = json_type(v)
+      local fits = got == want or (want == "integer" and got == "number")
+      if not fits then
+        return nil, reject(400, "invalid_field", "field '" .. k .. "' must be a"
+          .. (want == "integer" and "n integer" or " " .. want) .. ", got " .. got, k)
+      end
+      if want == "integer" and (v ~= v or v == math.huge or v == -math.huge or floor(v) ~= v) then
+        return nil, reject(400, "invalid_field", "field '" .. k .. "' must be a whole number, got " .. tostring(v), k)
+      end
+      -- cjson gives floats: 5 is 5.0; whole numbers become integers (and read so in messages)
+      if got == "number" then v = math.tointeger(v) or v end
+      opts[k] = v
+    end
+  end
+  local code = opts.code
+  if code == nil then
+    return nil, reject(400, "missing_field", "field 'code' is required: the Python source to run", "code")
+  end
+  opts.code = nil
+  return code, opts
+end
+
+-- options.check's and policy.prepare's messages name the option: "...option 'NAME' ..."
+local function option_error(message, rename)
+  message = tostring(message)
+  local name = message:match("option '([^']+)'")
+  local field = name and (rename and rename[name] or name)
+  local over = message:find("over the maximum", 1, true) ~= nil
+  local text = message:gsub("^[%w_]+: ", "")
+  if name then
+    text = text:gsub("option '" .. name:gsub("%p", "%%%0") .. "'", "field '" .. field .. "'"
+      .. (field ~= name and (" (" .. name .. ")") or ""), 1)
+  end
+  return reject(400, over and "over_limit" or (name and "invalid_field" or "bad_request"), text, field)
+end
+
+local function label(v)
+  return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }))
+end
+
+local function iso_now()
+  return os.date("!%Y-%m-%dT%H:%M:%SZ")
+end
+
+-- lua-cjson writes "/" as "\/": valid, but paths in output become hard to read. An odd run of
+-- backslashes before "/" ends in that escape; an even one is escaped backslashes.
+local function unslash(text)
+  return (text:gsub("(\\+)/", function(bs)
+    if #bs % 2 == 1 then return bs:sub(2) .. "/" end
+  end))
+end
+
+-- Constant-time comparison: the time depends on the length of `want` only.
+local function same_secret(got, want)
+  local diff = #got ~ #want
+  for i = 1, #want do diff = diff | ((got:byte(i) or 0) ~ want:byte(i)) end
+  return diff == 0
+end
+
+-- The server ------------------------------------------------------------------------------------
+
+local Server = {}
+Server.__index = Server
+Server.__name = "corral.serve.Server"
+Server.__tostring = function(s) return "corral serve on " .. tostring(s.listen) end
+
+--- Start the controller.
+-- Config (all optional): `listen` ("unix:/path.sock" or "HOST:PORT"; default `default_listen()`),
+-- `policy` (the default policy: name, path or table; default "default"), `policies` (names a
+-- request may choose with "policy"; default only `policy`), `eval_policy` (default "bwrap"),
+-- `concurrency` (default the number of CPUs), `queue` (default 64), `token` (bearer token; required
+-- for TCP), `max_body_bytes` (default 1 MiB), `drain_seconds` (default 30), `json_log`, `log`
+-- (function(line), default: a line to stderr), `unix_mode` (default 0660), `signals` (default true:
+-- SIGTERM and SIGINT drain), `on_stop` (called once when the server has stopped), and the HTTP
+-- limits passed to `core.http_listen` (`max_connections`, `header_timeout`, `body_timeout`,
+-- `idle_timeout`, `max_header_bytes`, `backlog`).
+-- A bad config value or a policy that does not load raises, naming it.
+-- @return server object, or nil, message, code when it cannot listen
+function M.start(config)
+  if not cjson then error("serve: corral serve needs lua-cjson (apt-get install lua-cjson)", 0) end
+  local c = check_config(config)
+  local self = setmetatable({
+    config = c, listen = c.listen, token = c.token, concurrency = c.concurrency, queue_max = c.queue,
+    queue = {}, in_flight = 0, running = {}, draining = false, stopped = false,
+    probe_waiters = {}, avg_run_s = 1.0,
+    metrics = { runs = {}, rejected = {}, http = {}, buckets = {}, sum = 0, count = 0 },
+  }, Server)
+  for _, r in ipairs(REASONS) do self.metrics.runs[r] = 0 end
+  for _, r in ipairs(REJECT_CODES) do self.metrics.rejected[r] = 0 end
+  for i = 1, #BUCKETS do self.metrics.buckets[i] = 0 end
+  self.log = c.log or function(line) io.stderr:write(line, "\n") end
+
+  -- every policy is loaded now: a typo is an error at start, not at the first request
+  local function load(spec, what)
+    local ok, p = pcall(policy.load, spec)
+    if not ok then error("serve: " .. what .. ": " .. tostring(p), 0) end
+    return p
+  end
+  self.policy = load(c.policy, "policy")
+  self.eval_policy = load(c.eval_policy, "eval_policy")
+  self.allowed = {}
+  local allow = c.policies or { c.policy }
+  for i, spec in ipairs(allow) do
+    if type(spec) ~= "string" and type(spec) ~= "table" then config_error("policies", "entry " .. i .. " must be a policy name, path or table") end
+    local p = load(spec, "policies[" .. i .. "]")
+    if type(spec) == "string" then self.allowed[spec] = p end
+    self.allowed[p.name] = p
+  end
+
+  local host, herr, hcode = hostmod.basics()
+  if not host then return nil, herr, hcode end
+
+  local srv, err, code = core.http_listen {
+    listen = c.listen, unix_mode = c.unix_mode, backlog = c.backlog,
+    max_header_bytes = c.max_header_bytes, max_body_bytes = c.max_body_bytes,
+    header_timeout = c.header_timeout, body_timeout = c.body_timeout, idle_timeout = c.idle_timeout,
+    max_connections = c.max_connections,
+    on_request = function(req, res) self:_request(req, res) end,
+    on_error = function(message) self:_event("internal-error", { message = tostring(message) }) end,
+  }
+  if not srv then return nil, err, code end
+  self.srv = srv
+  if c.signals then
+    local function on_signal(signum)
+      return function() self:_guard(self._on_signal, signum) end
+    end
+    self.signals = { core.signal(SIGTERM, on_signal(SIGTERM)), core.signal(SIGINT, on_signal(SIGINT)) }
+  end
+  self:_event("listening", { address = self:address(), policy = self.policy.name,
+    concurrency = self.concurrency, queue = self.queue_max, auth = self.token and "bearer" or "none" })
+  return self
+end
+
+--- The address the server listens on ("unix:/path" or "HOST:PORT", with the real port).
+function Server:address()
+  if self.srv and self.srv.address then
+    local ok, a = pcall(self.srv.address, self.srv)
+    if ok and a then return a end
+  end
+  return self.listen
+end
+
+-- Call `fn(self, ...)`; an error is logged, never raised into the loop (that would stop it).
+function Server:_guard(fn, ...)
+  local ok, err = xpcall(fn, debug.traceback, self, ...)
+  if not ok then self:_event("internal-error", { message = tostring(err) }) end
+  return ok
+end
+
+function Server:_event(event, fields)
+  local ok = pcall(function()
+    if self.config.json_log then
+      local e = { time = iso_now(), event = event }
+      for k, v in pairs(fields or {}) do e[k] = v end
+      self.log(unslash(cjson.encode(e)))
+    else
+      local parts = { iso_now(), "corral serve:", event }
+      for _, k in ipairs(sorted_keys(fields or {})) do parts[#parts + 1] = k .. "=" .. tostring(fields[k]) end
+      self.log(table.concat(parts, " "))
+    end
+  end)
+  return ok
+end
+
+function Server:_log_request(ctx, status, reason)
+  local req = ctx.req
+  local dur = hrtime() - ctx.t0
+  pcall(function()
+    if self.config.json_log then
+      self.log(unslash(cjson.encode { time = iso_now(), method = req.method, path = req.path, status = status,
+        duration_s = floor(dur * 1e6) / 1e6, reason = reason or cjson.null, peer = req.peer or cjson.null }))
+    else
+      self.log(string.format("%s %s %s %d %.3fs %s", iso_now(), tostring(req.method), tostring(req.path),
+        status, dur, reason or "-"))
+    end
+  end)
+end
+
+-- Send a response once; count and log it.
+function Server:_send(ctx, status, body, headers, reason)
+  if ctx.sent then return false end
+  ctx.sent = true
+  headers = headers or {}
+  headers["Content-Type"] = headers["Content-Type"] or "application/json"
+  local ok = ctx.res:send(status, headers, body)
+  local per = self.metrics.http[ctx.route] or {}
+  self.metrics.http[ctx.route] = per
+  per[status] = (per[status] or 0) + 1
+  self:_log_request(ctx, status, reason)
+  return ok
+end
+
+function Server:_json(ctx, status, obj, headers, reason)
+  return self:_send(ctx, status, unslash(result.encode(obj, cjson)), headers, reason)
+end
+
+function Server:_error(ctx, r, headers)
+  local e = { code = r.code, message = r.message, field = r.field }
+  if r.status < 500 or r.code == "overloaded" or r.code == "draining" then
+    self.metrics.rejected[r.code] = (self.metrics.rejected[r.code] or 0) + 1
+  end
+  return self:_json(ctx, r.status, { error = e }, headers, r.code)
+end
+
+function Server:_authorized(req)
+  local h = req.headers and req.headers["authorization"]
+  if type(h) ~= "string" then return false end
+  local tok = h:match("^[Bb][Ee][Aa][Rr][Ee][Rr] +(%S+) *$")
+  return tok ~= nil and same_secret(tok, self.token)
+end
+
+function Server:_request(req, res)
+  local ctx = { req = req, res = res, t0 = hrtime(), route = "other" }
+  local ok = self:_guard(self._dispatch, ctx)
+  if not ok and not ctx.sent then
+    pcall(self._error, self, ctx, reject(500, "internal", "internal error in the controller (see its log)"))
+  end
+end
+
+function Server:_dispatch(ctx)
+  local req = ctx.req
+  local route = ROUTES[req.path]
+  if route then ctx.route = req.path end
+  -- /healthz stays open: load balancers and kubelets probe it without credentials
+  if self.token and req.path ~= "/healthz" and not self:_authorized(req) then
+    return self:_error(ctx, reject(401, "unauthorized", "this server needs 'Authorization: Bearer <token>'"),
+      { ["WWW-Authenticate"] = 'Bearer realm="corral"' })
+  end
+  if not route then
+    return self:_error(ctx, reject(404, "not_found", "no route " .. tostring(req.path)
+      .. " (routes: POST /v1/run, POST /v1/eval, GET /healthz, GET /v1/probe, GET /metrics)"))
+  end
+  local handler = route[req.method]
+  if not handler then
+    local allow = table.concat(sorted_keys(route), ", ")
+    return self:_error(ctx, reject(405, "method_not_allowed", tostring(req.method) .. " is not allowed on "
+      .. req.path .. "; use " .. allow), { Allow = allow })
+  end
+  return self["_handle_" .. handler](self, ctx)
+end
+
+-- GET /healthz
+function Server:_handle_health(ctx)
+  local body = { ok = not self.draining, draining = self.draining, in_flight = self.in_flight,
+                 queued = #self.queue, concurrency = self.concurrency, queue = self.queue_max,
+                 policy = self.policy.name, version = corral._VERSION }
+  if self.draining then
+    body.error = { code = "draining", message = "the server is shutting down" }
+    return self:_json(ctx, 503, body, nil, "draining")
+  end
+  return self:_json(ctx, 200, body)
+end
+
+-- GET /metrics
+function Server:_handle_metrics(ctx)
+  return self:_send(ctx, 200, self:metrics_text(), { ["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8" })
+end
+
+--- The metrics in Prometheus text format.
+function Server:metrics_text()
+  local m, out = self.metrics, {}
+  local function add(s) out[#out + 1] = s end
+  add("# HELP corral_runs_total Runs ended, by reason (the result's; cancelled: the client went away; "
+    .. "shutdown: killed at the end of a drain; error: the sandbox failed).")
+  add("# TYPE corral_runs_total counter")
+  for _, r in ipairs(sorted_keys(m.runs)) do add(string.format('corral_runs_total{reason="%s"} %d', label(r), m.runs[r])) end
+  add("# HELP corral_run_duration_seconds Wall time of runs, from start to end (queue wait excluded).")
+  add("# TYPE corral_run_duration_seconds histogram")
+  for i, le in ipairs(BUCKETS) do
+    add(string.format('corral_run_duration_seconds_bucket{le="%s"} %d', string.format("%g", le), m.buckets[i]))
+  end
+  add(string.format('corral_run_duration_seconds_bucket{le="+Inf"} %d', m.count))
+  add(string.format("corral_run_duration_seconds_sum %.6f", m.sum))
+  add(string.format("corral_run_duration_seconds_count %d", m.count))
+  add("# HELP corral_queue_depth Requests waiting for a run slot.")
+  add("# TYPE corral_queue_depth gauge")
+  add(string.format("corral_queue_depth %d", #self.queue))
+  add("# HELP corral_in_flight Runs in progress.")
+  add("# TYPE corral_in_flight gauge")
+  add(string.format("corral_in_flight %d", self.in_flight))
+  add("# HELP corral_concurrency_limit Runs allowed at once.")
+  add("# TYPE corral_concurrency_limit gauge")
+  add(string.format("corral_concurrency_limit %d", self.concurrency))
+  add("# HELP corral_draining 1 while the server drains before it stops.")
+  add("# TYPE corral_draining gauge")
+  add(string.format("corral_draining %d", self.draining and 1 or 0))
+  add("# HELP corral_rejected_total Requests refused, by error code.")
+  add("# TYPE corral_rejected_total counter")
+  for _, k in ipairs(sorted_keys(m.rejected)) do
+    add(string.format('corral_rejected_total{code="%s"} %d', label(k), m.rejected[k]))
+  end
+  add("# HELP corral_http_requests_total HTTP requests answered by route and status (499: the client went away).")
+  add("# TYPE corral_http_requests_total counter")
+  for _, route in ipairs(sorted_keys(m.http)) do
+    local per = m.http[route]
+    for _, status in ipairs(sorted_keys(per)) do
+      add(string.format('corral_http_requests_total{route="%s",status="%d"} %d', label(route), status, per[status]))
+    end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- GET /v1/probe: the first request starts the probe, later ones wait for it, then it is cached.
+function Server:_handle_probe(ctx)
+  if self.probe_text then return self:_send(ctx, 200, self.probe_text) end
+  self.probe_waiters[#self.probe_waiters + 1] = ctx
+  if self.probe_pending then return end
+  self.probe_pending = true
+  local function answer(p, err, code)
+    self.probe_pending = false
+    local waiters = self.probe_waiters
+    self.probe_waiters = {}
+    local status, text
+    if p then
+      self.probe_text = unslash(cjson.encode(p))
+      status, text = 200, self.probe_text
+    else
+      status, text = 500, cjson.encode { error = { code = "sandbox_failed", kind = code or "error", message = tostring(err) } }
+    end
+    for _, w in ipairs(waiters) do self:_send(w, status, text, nil, p and "probe" or "sandbox_failed") end
+  end
+  local ok, started, err, code = pcall(corral.start_probe, self.policy, function(p, perr, pcode)
+    self:_guard(function() answer(p, perr, pcode) end)
+  end)
+  if not ok then answer(nil, started, "EPOLICY")
+  elseif not started then answer(nil, err, code) end
+end
+
+-- POST /v1/run and /v1/eval: parse, check, admit.
+function Server:_parse_job(ctx, kind)
+  local obj, r = decode_object(ctx.req.body)
+  if not obj then return nil, r end
+  local code, opts = check_fields(obj, kind == "run" and M.RUN_FIELDS or M.EVAL_FIELDS)
+  if not code then return nil, opts end
+  local pol
+  if kind == "run" then
+    if opts.policy ~= nil then
+      pol = self.allowed[opts.policy]
+      if not pol then
+        return nil, reject(400, "policy_not_allowed", "policy '" .. opts.policy .. "' is not allowed here (allowed: "
+          .. table.concat(sorted_keys(self.allowed), ", ") .. ")", "policy")
+      end
+    else
+      pol = self.policy
+    end
+  else
+    pol = self.eval_policy
+  end
+  opts.policy = pol
+  local ok, checked = pcall(options.check, "request", opts, kind == "run" and options.run_schema or options.eval_schema)
+  if not ok then return nil, option_error(checked, kind == "eval" and EVAL_NAME) end
+  -- the policy's own check (maxima, clamping, what this host can do) before the request queues
+  local run_opts = kind == "run" and checked or corral.eval_run_options(checked)
+  local host, herr, hcode = hostmod.basics()
+  if not host then return nil, { status = 500, code = "sandbox_failed", kind = hcode, message = herr } end
+  local pok, prepared, perr, pcode = pcall(pol.prepare, pol, run_opts, host)
+  if not pok then return nil, option_error(prepared, kind == "eval" and EVAL_NAME) end
+  if not prepared then return nil, { status = 500, code = "sandbox_failed", kind = pcode, message = perr } end
+  return { kind = kind, code = code, opts = checked, ctx = ctx, state = "new" }
+end
+
+function Server:_handle_run(ctx) return self:_job_request(ctx, "run") end
+function Server:_handle_eval(ctx) return self:_job_request(ctx, "eval") end
+
+function Server:_retry_after()
+  local waiting = #self.queue + self.in_flight + 1
+  return math.max(1, math.min(60, ceil(self.avg_run_s * waiting / self.concurrency)))
+end
+
+function Server:_job_request(ctx, kind)
+  if self.draining then
+    return self:_error(ctx, reject(503, "draining", "the server is shutting down; send the request to another instance"))
+  end
+  if ctx.res:closed() then return self:_gone(ctx, "client-gone") end
+  local job, r = self:_parse_job(ctx, kind)
+  if not job then
+    if r.code == "sandbox_failed" then return self:_sandbox_failed(ctx, kind, r.message, r.kind) end
+    return self:_error(ctx, r)
+  end
+  if self.in_flight < self.concurrency then
+    self:_watch(job)
+    self:_start(job)
+    return self:_pump()
+  end
+  if #self.queue >= self.queue_max then
+    return self:_error(ctx, reject(503, "overloaded", string.format("%d runs in progress and %d queued; retry later",
+      self.in_flight, #self.queue)), { ["Retry-After"] = tostring(self:_retry_after()) })
+  end
+  job.state = "queued"
+  self.queue[#self.queue + 1] = job
+  self:_watch(job)
+end
+
+-- A client went away before its answer: counted and logged as 499 (nginx's "client closed
+-- request"), nothing sent.
+function Server:_gone(ctx, reason)
+  if ctx.sent then return end
+  ctx.sent = true
+  local per = self.metrics.http[ctx.route] or {}
+  self.metrics.http[ctx.route] = per
+  per[499] = (per[499] or 0) + 1
+  self:_log_request(ctx, 499, reason)
+end
+
+-- A client that goes away: dropped from the queue, or its run killed.
+function Server:_watch(job)
+  job.ctx.res:on_close(function()
+    self:_guard(function()
+      if job.state == "queued" then
+        for i, j in ipairs(self.queue) do
+          if j == job then table.remove(self.queue, i) break end
+        end
+        job.state = "gone"
+        self:_gone(job.ctx, "client-gone-queued")
+        self:_maybe_stop()
+      elseif job.state == "running" then
+        job.cancelled = true
+        if job.proc then job.proc:kill() end
+      end
+    end)
+  end)
+end
+
+-- Start queued runs while there are free slots.
+function Server:_pump()
+  while self.in_flight < self.concurrency and #self.queue > 0 do
+    local job = table.remove(self.queue, 1)
+    self:_start(job)
+  end
+  self:_maybe_stop()
+end
+
+function Server:_start(job)
+  job.state = "running"
+  job.t_start = hrtime()
+  self.in_flight = self.in_flight + 1
+  self.running[job] = true
+  local function on_done(...)
+    local args = table.pack(...)
+    self:_guard(function() self:_finished(job, table.unpack(args, 1, args.n)) end)
+    self:_guard(self._pump)
+  end
+  local ok, proc, err, ecode
+  if job.kind == "run" then
+    ok, proc, err, ecode = pcall(corral.start, job.code, job.opts, on_done)
+  else
+    ok, proc, err = pcall(corral.start_eval, job.code, job.opts, function(out, serr, res)
+      on_done(out, serr, res)
+    end)
+  end
+  if ok and proc then
+    job.proc = proc
+    return
+  end
+  self.in_flight = self.in_flight - 1
+  self.running[job] = nil
+  job.state = "done"
+  self.metrics.runs.error = self.metrics.runs.error + 1
+  if not ok then
+    -- checked when it was admitted; a policy whose check depends on time may still refuse it
+    return self:_error(job.ctx, option_error(proc, job.kind == "eval" and EVAL_NAME))
+  end
+  if job.kind == "run" then return self:_sandbox_failed(job.ctx, "run", err, ecode) end
+  return self:_sandbox_failed(job.ctx, "eval", err.message, err.kind)
+end
+
+function Server:_sandbox_failed(ctx, kind, message, code)
+  local body
+  if kind == "run" then
+    body = result.object(nil, message, code, cjson.null)
+    body.error.code = "sandbox_failed"
+  else
+    body = { ok = false, error = { code = "sandbox_failed", kind = code or "sandbox", message = message } }
+  end
+  return self:_json(ctx, 500, body, nil, "sandbox_failed")
+end
+
+function Server:_observe(reason, seconds)
+  local m = self.metrics
+  m.runs[reason] = (m.runs[reason] or 0) + 1
+  m.sum = m.sum + seconds
+  m.count = m.count + 1
+  for i, le in ipairs(BUCKETS) do
+    if seconds <= le then m.buckets[i] = m.buckets[i] + 1 end
+  end
+  self.avg_run_s = 0.8 * self.avg_run_s + 0.2 * seconds
+end
+
+local function renamed(list, map)
+  local out = {}
+  for i, k in ipairs(list) do out[i] = map[k] or k end
+  return out
+end
+
+-- A run has ended: answer, count, log.
+function Server:_finished(job, a, b, c)
+  self.in_flight = self.in_flight - 1
+  self.running[job] = nil
+  job.state = "done"
+  local seconds = hrtime() - job.t_start
+  local ctx = job.ctx
+  if job.kind == "run" then
+    local res, err, ecode = a, b, c
+    local reason = job.cancelled and "cancelled" or job.shutdown and "shutdown" or (res and res.reason or "error")
+    self:_observe(reason, seconds)
+    if job.cancelled then return self:_gone(ctx, "cancelled") end
+    if job.shutdown then
+      return self:_error(ctx, reject(503, "shutdown", "the server shut down before the run ended"))
+    end
+    if not res then return self:_sandbox_failed(ctx, "run", err, ecode) end
+    local obj = result.object(res, nil, nil, cjson.null)
+    if res.clamped then obj.clamped = res.clamped end
+    return self:_json(ctx, 200, obj, nil, res.reason)
+  end
+  local out, serr, res = a, b, c
+  local reason = job.cancelled and "cancelled" or job.shutdown and "shutdown" or (res and res.reason or "error")
+  self:_observe(reason, seconds)
+  if job.cancelled then return self:_gone(ctx, "cancelled") end
+  if job.shutdown then
+    return self:_error(ctx, reject(503, "shutdown", "the server shut down before the run ended"))
+  end
+  local clamped = res and res.clamped and renamed(res.clamped, EVAL_NAME) or nil
+  if out then
+    out.clamped = clamped
+    return self:_json(ctx, 200, out, nil, res and res.reason)
+  end
+  if serr.kind == "unavailable" or serr.kind == "sandbox" then
+    return self:_sandbox_failed(ctx, "eval", serr.message, serr.kind)
+  end
+  -- what the program did (timed out, too much output, not UTF-8): seed 003 raises, we answer
+  return self:_json(ctx, 200, { ok = false, clamped = clamped,
+    error = { code = "sandbox_error", kind = serr.kind, message = serr.message } }, nil, serr.kind)
+end
+
+-- Lifecycle ------------------------------------------------------------------------------------
+
+function Server:_on_signal(signum)
+  local name = signum == SIGTERM and "SIGTERM" or "SIGINT"
+  if self.draining then
+    -- a second signal: do not wait any longer
+    self:_event("signal", { signal = name, action = "kill the rest now" })
+    return self:_expire()
+  end
+  self:_event("signal", { signal = name, action = "drain" })
+  return self:shutdown()
+end
+
+--- Stop gracefully: stop accepting connections, answer new runs 503 "draining", let the runs in
+-- progress and in the queue finish for up to `drain_seconds` (default: the config's), then kill
+-- the rest and stop. Idempotent.
+function Server:shutdown(drain_seconds)
+  if self.draining then return end
+  self.draining = true
+  drain_seconds = drain_seconds or self.config.drain_seconds
+  pcall(self.srv.stop_accepting, self.srv)
+  self:_event("draining", { in_flight = self.in_flight, queued = #self.queue, seconds = drain_seconds })
+  if self.in_flight + #self.queue == 0 then return self:_maybe_stop() end
+  if drain_seconds <= 0 then return self:_expire() end
+  self.drain_timer = core.timer(drain_seconds, function() self:_guard(self._expire) end)
+end
+
+--- Stop now: kill what runs, refuse what is queued, close.
+function Server:close()
+  if not self.draining then self:shutdown(0) else self:_expire() end
+end
+
+-- The drain time is over: queued requests get 503 "shutdown", running ones are killed (their
+-- answer follows when they have been reaped).
+function Server:_expire()
+  if self.drain_timer then self.drain_timer:close() self.drain_timer = nil end
+  local queued = self.queue
+  self.queue = {}
+  for _, job in ipairs(queued) do
+    job.state = "done"
+    self:_error(job.ctx, reject(503, "shutdown", "the server shut down before the run started"))
+  end
+  local killed = 0
+  for job in pairs(self.running) do
+    if not job.shutdown then
+      job.shutdown = true
+      killed = killed + 1
+      if job.proc then job.proc:kill() end
+    end
+  end
+  if killed > 0 or #queued > 0 then self:_event("drain-expired", { killed = killed, refused = #queued }) end
+  self:_maybe_stop()
+end
+
+-- How long the last answers get to reach their clients before the connections are cut.
+local CLOSE_GRACE = 2
+
+function Server:_maybe_stop()
+  if not self.draining or self.stopped or self.in_flight > 0 or #self.queue > 0 then return end
+  self.stopped = true
+  if self.drain_timer then self.drain_timer:close() self.drain_timer = nil end
+  for _, s in ipairs(self.signals or {}) do s:close() end
+  self.signals = nil
+  -- the listener is closed; each connection closes once its answer is written (stop_accepting).
+  -- Wait for that a little, so that the last answers are not cut, then close whatever is left.
+  local deadline = hrtime() + CLOSE_GRACE
+  local function close_when_idle()
+    self.close_timer = nil
+    if self.srv:connections() == 0 or hrtime() >= deadline then
+      self.srv:close()
+      self:_event("stopped", {})
+      if self.config.on_stop then self.config.on_stop(self) end
+    else
+      self.close_timer = core.timer(0.02, function() self:_guard(close_when_idle) end)
+    end
+  end
+  close_when_idle()
+end
+
+--- Counters for embedders: `{in_flight, queued, draining, stopped}`.
+function Server:stats()
+  return { in_flight = self.in_flight, queued = #self.queue, draining = self.draining, stopped = self.stopped }
+end
+
+--- Run the loop until the server has stopped (what `corral serve` does).
+function Server:run()
+  while not self.stopped do
+    local ok, alive = pcall(core.run, "default")
+    if not ok then
+      self:_event("internal-error", { message = tostring(alive) })
+    elseif not alive and not self.stopped then
+      break
+    end
+  end
+  -- let the closes finish
+  pcall(core.run, "nowait")
+  return self.stopped
+end
+
+return M

@@ -1,0 +1,547 @@
+-- corral serve: the HTTP controller, run as a real process (`lua5.4 bin/corral serve`) and
+-- spoken to with curl, over a unix socket and over loopback TCP.
+local cjson = require "cjson"
+local core = require "corral.core"
+local H = require "helper"
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+local function write(path, content)
+  local f = assert(io.open(path, "wb"))
+  f:write(content)
+  f:close()
+end
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function alive(pid)
+  -- a zombie (our server's wrapper is gone, and pid 1 of a container may not reap) is dead
+  local stat = read("/proc/" .. pid .. "/stat")
+  return stat ~= nil and not stat:match("^%d+ %b() Z")
+end
+
+local dir          -- this test's scratch dir: socket, logs, request bodies
+local servers = {} -- servers started by this test: killed in after_each
+
+--- Start `corral serve` with `args` in the background; returns a server handle
+-- {pid, sock, log, status_file}. Waits until it logs that it listens (or has exited).
+local function start_server(args, env)
+  local n = #servers + 1
+  local s = { sock = dir .. "/s" .. n .. ".sock", log = dir .. "/server" .. n .. ".log",
+              status_file = dir .. "/server" .. n .. ".status", pid_file = dir .. "/server" .. n .. ".pid" }
+  local listen = args:find("--listen", 1, true) and "" or ("--listen unix:" .. s.sock .. " ")
+  -- a subshell starts the server, records its pid, waits and records its exit status
+  os.execute("( " .. (env or "") .. " " .. H.cli .. " serve " .. listen .. args .. " </dev/null >" .. q(s.log) .. " 2>&1 & "
+    .. "echo $! > " .. q(s.pid_file) .. "; wait $!; echo $? > " .. q(s.status_file) .. " ) >/dev/null 2>&1 &")
+  assert(H.eventually(function() return (read(s.pid_file) or ""):match("%d+") ~= nil end, 5), "no pid")
+  s.pid = tonumber(read(s.pid_file):match("%d+"))
+  servers[n] = s
+  H.eventually(function()
+    return (read(s.log) or ""):find("listening", 1, true) ~= nil or read(s.status_file) ~= nil
+  end, 10)
+  return s
+end
+
+--- The exit status of a server, waiting up to `seconds` for it.
+local function exit_status(s, seconds)
+  H.eventually(function() return (read(s.status_file) or ""):match("%d+") ~= nil end, seconds or 5)
+  local st = read(s.status_file)
+  return st and tonumber(st:match("%d+"))
+end
+
+local function stop_server(s)
+  if alive(s.pid) then core.kill(s.pid, 9) end
+  H.eventually(function() return not alive(s.pid) end, 5)
+  -- and its wrapper has written the status: nothing writes into the scratch dir any more
+  exit_status(s, 5)
+end
+
+local bodies = 0
+--- One HTTP request with curl. `target` is a server (unix socket) or a "http://HOST:PORT" base.
+-- @return status (number; 0 when curl could not connect), headers (lower-case names), body,
+-- decoded JSON body (or nil), curl's exit code
+local function http(target, method, path, body, extra)
+  bodies = bodies + 1
+  local out, hdr, inp = dir .. "/out" .. bodies, dir .. "/hdr" .. bodies, dir .. "/in" .. bodies
+  local cmd = { "curl -s -X", method, "-o", q(out), "-D", q(hdr), "-w '%{http_code}'", extra or "" }
+  if body then
+    write(inp, body)
+    cmd[#cmd + 1] = "--data-binary @" .. q(inp) .. " -H 'Content-Type: application/json'"
+  end
+  if type(target) == "table" then
+    cmd[#cmd + 1] = "--unix-socket " .. q(target.sock) .. " " .. q("http://corral" .. path)
+  else
+    cmd[#cmd + 1] = q(target .. path)
+  end
+  local f = io.popen(table.concat(cmd, " ") .. "; echo \" $?\"")
+  local text = f:read("a")
+  f:close()
+  local code, rc = text:match("(%d+) (%d+)%s*$")
+  local headers = {}
+  for line in (read(hdr) or ""):gmatch("[^\r\n]+") do
+    local k, v = line:match("^([^:]+):%s*(.*)$")
+    if k then headers[k:lower()] = v end
+  end
+  local b = read(out) or ""
+  local ok, decoded = pcall(cjson.decode, b)
+  return tonumber(code) or 0, headers, b, ok and decoded or nil, tonumber(rc)
+end
+
+local function json(t) return cjson.encode(t) end
+
+local function keys(t)
+  local k = {}
+  for name in pairs(t) do k[#k + 1] = name end
+  table.sort(k)
+  return k
+end
+
+--- Pids of launchers started by the server `s` (their --parent-pid is the server's).
+local function launchers_of(s)
+  return H.pids_with("--parent-pid " .. s.pid .. " ")
+end
+
+--- The value of a metric line, e.g. metric(text, 'corral_runs_total{reason="exit"}').
+local function metric(text, name)
+  for line in text:gmatch("[^\n]+") do
+    local n, v = line:match("^(%S+) (%S+)$")
+    if n == name then return tonumber(v) end
+  end
+  return nil
+end
+
+--- Run `script` (shell) in the background; returns the path of a file that exists once it ended.
+local function background(script)
+  bodies = bodies + 1
+  local done = dir .. "/done" .. bodies
+  os.execute("( " .. script .. " ; touch " .. q(done) .. " ) >/dev/null 2>&1 &")
+  return done
+end
+
+--- A curl command line (for `background`) that POSTs `body` to `path` and writes the status
+-- line, headers and body to `out`.
+local function curl_line(s, path, body, out, extra)
+  bodies = bodies + 1
+  local inp = dir .. "/bin" .. bodies
+  write(inp, body)
+  return "curl -s -i " .. (extra or "") .. " --unix-socket " .. q(s.sock) .. " --data-binary @" .. q(inp)
+    .. " " .. q("http://corral" .. path) .. " > " .. q(out)
+end
+
+describe("corral serve", function()
+  local snap
+  before_each(function()
+    snap = H.snapshot()
+    dir = core.mkdtemp("/tmp/corral-serve.XXXXXX")
+    core.chmod(dir, 493) -- 0755: as root, nothing inside needs more
+  end)
+  after_each(function()
+    for _, s in ipairs(servers) do stop_server(s) end
+    servers = {}
+    core.rmtree(dir)
+    -- nothing a server started survives it
+    assert.is_true(H.eventually(function() return #H.stray_processes() == 0 end, 5), "stray processes")
+    H.assert_clean(snap)
+  end)
+
+  it("answers a run with exactly the fields of `corral run --json`", function()
+    local s = start_server("--concurrency 2")
+    assert.are.equal(432, core.lstat(s.sock).mode & 511) -- 0660
+    local status, headers, body, r = http(s, "POST", "/v1/run",
+      json { code = "import sys; print(sys.stdin.read()); sys.exit(7)", stdin = "abc", timeout = 5 })
+    assert.are.equal(200, status, body)
+    assert.is_truthy(headers["content-type"]:find("application/json", 1, true))
+    -- the CLI's own output has the same keys
+    write(dir .. "/prog.py", "print(1)")
+    local cli = cjson.decode((H.sh(H.cli .. " run --json " .. q(dir .. "/prog.py"))))
+    assert.are.same(keys(cli), keys(r))
+    assert.are.same({ "limits", "network_isolated", "ok", "reason", "returncode", "signal", "stderr",
+                      "stdout", "timed_out", "truncated", "usage" }, keys(r))
+    assert.are.same(keys(cli.usage), keys(r.usage))
+    assert.are.equal("abc\n", r.stdout)
+    assert.are.equal(7, r.returncode)
+    assert.are.equal("exit", r.reason)
+    assert.is_false(r.ok)
+    assert.are.equal(cjson.null, r.signal)
+    assert.is_truthy(H.has(r.limits, "timeout"))
+    -- a timeout is a result, not an error
+    local _
+    status, _, body, r = http(s, "POST", "/v1/run", json { code = "import time; time.sleep(5)", timeout = 0.3 })
+    assert.are.equal(200, status, body)
+    assert.is_true(r.timed_out)
+    assert.are.equal("timeout", r.reason)
+    -- the request log: one line per request, method path status duration reason
+    local log = read(s.log)
+    assert.is_truthy(log:find("POST /v1/run 200 %d+%.%d+s exit"), log)
+    assert.is_truthy(log:find("POST /v1/run 200 %d+%.%d+s timeout"), log)
+  end)
+
+  it("refuses bad requests with 400 and an error naming the field", function()
+    local s = start_server("")
+    local cases = {
+      -- body, expected code, expected field
+      { "print(1)", "bad_json" },
+      { "", "bad_json" },
+      { '{"code": "print(1)"', "bad_json" },
+      { '{"code": "\255"}', "bad_json" },                      -- not UTF-8
+      { '[{"code": "print(1)"}]', "bad_request" },
+      { '"print(1)"', "bad_request" },
+      { "{}", "missing_field", "code" },
+      { '{"code": null}', "missing_field", "code" },
+      { '{"code": 5}', "invalid_field", "code" },
+      { '{"code": "1", "timeout": "5"}', "invalid_field", "timeout" },
+      { '{"code": "1", "memory_mb": 1.5}', "invalid_field", "memory_mb" },
+      { '{"code": "1", "timeout": -1}', "invalid_field", "timeout" },
+      { '{"code": "1", "processes": 0}', "invalid_field", "processes" },
+      { '{"code": "1", "stdin": ["a"]}', "invalid_field", "stdin" },
+      { '{"code": "1", "require_network_isolation": "yes"}', "invalid_field", "require_network_isolation" },
+      { '{"code": "1", "python": "/bin/sh"}', "unknown_field", "python" },
+      { '{"code": "1", "env": {"A": "1"}}', "unknown_field", "env" },
+      { '{"code": "1", "cpu": 1}', "unknown_field", "cpu" },
+      { '{"code": "1", "policy": "bwrap"}', "policy_not_allowed", "policy" },
+      { '{"code": "1", "policy": "../../etc/passwd"}', "policy_not_allowed", "policy" },
+    }
+    for _, c in ipairs(cases) do
+      local status, headers, body, r = http(s, "POST", "/v1/run", c[1])
+      assert.are.equal(400, status, c[1] .. " → " .. body)
+      assert.is_truthy(headers["content-type"]:find("application/json", 1, true))
+      assert.is_table(r, body)
+      assert.are.equal(c[2], r.error.code, c[1] .. " → " .. body)
+      assert.is_string(r.error.message)
+      if c[3] then
+        assert.are.equal(c[3], r.error.field, c[1] .. " → " .. body)
+        assert.is_truthy(r.error.message:find(c[3], 1, true), body)
+      end
+    end
+    -- eval has seed 003's names
+    local status, _, body, r = http(s, "POST", "/v1/eval", '{"code": "1", "mem_max_mb": "a"}')
+    assert.are.equal(400, status, body)
+    assert.are.same({ "invalid_field", "mem_max_mb" }, { r.error.code, r.error.field })
+    status, _, body, r = http(s, "POST", "/v1/eval", '{"code": "1", "memory_mb": 100}')
+    assert.are.equal(400, status, body)
+    assert.are.same({ "unknown_field", "memory_mb" }, { r.error.code, r.error.field })
+    -- routes and methods
+    local headers
+    status, _, body, r = http(s, "GET", "/v1/nothing")
+    assert.are.equal(404, status, body)
+    assert.are.equal("not_found", r.error.code)
+    status, headers, body, r = http(s, "GET", "/v1/run")
+    assert.are.equal(405, status, body)
+    assert.are.equal("method_not_allowed", r.error.code)
+    assert.are.equal("POST", headers["allow"])
+    status, headers = http(s, "POST", "/healthz", "{}")
+    assert.are.equal(405, status)
+    assert.are.equal("GET", headers["allow"])
+    -- nothing of it ran; all of it was counted
+    local _, _, text = http(s, "GET", "/metrics")
+    assert.are.equal(0, metric(text, "corral_run_duration_seconds_count"))
+    assert.are.equal(4, metric(text, 'corral_rejected_total{code="bad_json"}'))
+    assert.are.equal(8, metric(text, 'corral_rejected_total{code="invalid_field"}'), text)
+    assert.are.equal(20, metric(text, 'corral_http_requests_total{route="/v1/run",status="400"}'), text)
+    assert.are.equal(1, metric(text, 'corral_http_requests_total{route="other",status="404"}'), text)
+  end)
+
+  it("answers 413 for a body over --max-body, with a JSON error", function()
+    local s = start_server("--max-body 1000")
+    local status, _, body, r = http(s, "POST", "/v1/run", json { code = "print(1)  #" .. ("x"):rep(5000) })
+    assert.are.equal(413, status, body)
+    assert.are.equal("body_too_large", r.error.code, body)
+    assert.is_string(r.error.message, body)
+    -- under the cap it runs
+    status, _, body = http(s, "POST", "/v1/run", json { code = "print(1)  #" .. ("x"):rep(500) })
+    assert.are.equal(200, status, body)
+  end)
+
+  it("refuses a request over the policy's maximum, naming the option", function()
+    write(dir .. "/capped.lua", [[
+      return require("corral.policy").load("default"):extend {
+        name = "capped", maxima = { timeout = 2, memory_mb = 512 } }]])
+    local s = start_server("--policy " .. q(dir .. "/capped.lua"))
+    local status, _, body, r = http(s, "POST", "/v1/run", json { code = "print(1)", timeout = 5 })
+    assert.are.equal(400, status, body)
+    assert.are.equal("over_limit", r.error.code)
+    assert.are.equal("timeout", r.error.field)
+    assert.is_truthy(r.error.message:find("capped", 1, true), body)
+    status, _, body, r = http(s, "POST", "/v1/run", json { code = "print(1)", timeout = 1, memory_mb = 1024 })
+    assert.are.equal(400, status, body)
+    assert.are.equal("memory_mb", r.error.field)
+    -- the policy may be named by the request when it is the server's own
+    status, _, body, r = http(s, "POST", "/v1/run", json { code = "print(1)", timeout = 1, policy = "capped" })
+    assert.are.equal(200, status, body)
+    assert.are.equal("1\n", r.stdout)
+    assert.is_nil(r.clamped)
+  end)
+
+  it("clamps when the policy says so and lists what it clamped", function()
+    write(dir .. "/clamp.lua", [[
+      return require("corral.policy").load("default"):extend {
+        name = "clamp", maxima = { timeout = 2, memory_mb = 128 }, clamp = true }]])
+    local s = start_server("--policy " .. q(dir .. "/clamp.lua"))
+    local status, _, body, r = http(s, "POST", "/v1/run",
+      json { code = "print('ok')", timeout = 50, memory_mb = 200, cpu_seconds = 1 })
+    assert.are.equal(200, status, body)
+    assert.are.equal("ok\n", r.stdout)
+    table.sort(r.clamped)
+    assert.are.same({ "memory_mb", "timeout" }, r.clamped)
+  end)
+
+  it("runs seed 003's eval_in_sandbox", function()
+    local s = start_server("")
+    local status, _, body, r = http(s, "POST", "/v1/eval", json { code = "print('  hi  ')" })
+    assert.are.equal(200, status, body)
+    assert.are.same({ ok = true, returncode = 0, stdout = "hi", stderr = "" }, r)
+    status, _, body, r = http(s, "POST", "/v1/eval", json { code = "import time; time.sleep(5)", timeout_max_time_sec = 0.3 })
+    assert.are.equal(200, status, body)
+    assert.is_false(r.ok)
+    assert.are.same({ "sandbox_error", "timeout" }, { r.error.code, r.error.kind })
+  end)
+
+  it("answers /healthz and /v1/probe", function()
+    local s = start_server("--concurrency 3 --queue 5 --json-log")
+    local status, _, body, r = http(s, "GET", "/healthz")
+    assert.are.equal(200, status, body)
+    assert.is_true(r.ok)
+    assert.is_false(r.draining)
+    assert.are.same({ 3, 5, 0, 0 }, { r.concurrency, r.queue, r.in_flight, r.queued })
+    status, _, body, r = http(s, "GET", "/v1/probe")
+    assert.are.equal(200, status, body)
+    assert.are.equal(core.geteuid(), r.euid)
+    assert.are.equal("default", r.policy.name)
+    assert.is_truthy(H.has(r.policy.limits, "timeout"))
+    local again = select(3, http(s, "GET", "/v1/probe"))
+    assert.are.equal(body, again) -- cached
+    -- --json-log: every line is a JSON object; one per request
+    local requests = {}
+    for line in read(s.log):gmatch("[^\n]+") do
+      local e = cjson.decode(line)
+      assert.is_string(e.time)
+      if e.method then requests[#requests + 1] = e.method .. " " .. e.path .. " " .. math.tointeger(e.status) end
+      assert.is_true(e.method == nil or type(e.duration_s) == "number")
+    end
+    assert.are.same({ "GET /healthz 200", "GET /v1/probe 200", "GET /v1/probe 200" }, requests)
+  end)
+
+  it("stops on SIGINT and removes its socket", function()
+    local s = start_server("")
+    assert.is_true(core.exists(s.sock))
+    core.kill(s.pid, 2)
+    assert.are.equal(0, exit_status(s, 5), read(s.log))
+    assert.is_false(core.exists(s.sock))
+  end)
+
+  it("admits `concurrency` runs, queues `queue` more and answers 503 with Retry-After beyond", function()
+    local s = start_server("--concurrency 1 --queue 1")
+    local slow = json { code = "import time; time.sleep(1.5); print('slept')", timeout = 5 }
+    local outs = { dir .. "/a", dir .. "/b", dir .. "/c" }
+    -- staggered, so that the first runs, the second queues and the third finds both taken
+    local done = background(curl_line(s, "/v1/run", slow, outs[1]) .. " & sleep 0.2; "
+      .. curl_line(s, "/v1/run", slow, outs[2]) .. " & sleep 0.2; "
+      .. curl_line(s, "/v1/run", slow, outs[3]) .. " & wait")
+    -- while they run: one in flight, one queued
+    H.eventually(function() return (read(outs[3]) or "") ~= "" end, 3)
+    local _, _, text = http(s, "GET", "/metrics")
+    assert.are.equal(1, metric(text, "corral_in_flight"), text)
+    assert.are.equal(1, metric(text, "corral_queue_depth"), text)
+    assert.is_true(H.eventually(function() return core.exists(done) end, 6), "the runs did not end")
+    local statuses, retry = {}, nil
+    for _, o in ipairs(outs) do
+      local resp = read(o)
+      local st = tonumber(resp:match("^HTTP/1%.1 (%d+)"))
+      statuses[#statuses + 1] = st
+      if st == 503 then
+        retry = resp:match("\n[Rr]etry%-[Aa]fter: *(%d+)")
+        assert.is_truthy(resp:find('"code":"overloaded"', 1, true), resp)
+      else
+        assert.is_truthy(resp:find('"stdout":"slept\\n"', 1, true), resp)
+      end
+    end
+    assert.are.same({ 200, 200, 503 }, statuses)
+    assert.is_truthy(tonumber(retry) and tonumber(retry) >= 1, "Retry-After")
+    _, _, text = http(s, "GET", "/metrics")
+    assert.are.equal(2, metric(text, 'corral_runs_total{reason="exit"}'), text)
+    assert.are.equal(0, metric(text, 'corral_runs_total{reason="timeout"}'), text)
+    assert.are.equal(1, metric(text, 'corral_rejected_total{code="overloaded"}'), text)
+    assert.are.equal(2, metric(text, 'corral_http_requests_total{route="/v1/run",status="200"}'), text)
+    assert.are.equal(1, metric(text, 'corral_http_requests_total{route="/v1/run",status="503"}'), text)
+    assert.are.equal(2, metric(text, "corral_run_duration_seconds_count"), text)
+    assert.are.equal(0, metric(text, 'corral_run_duration_seconds_bucket{le="0.5"}'), text)
+    assert.are.equal(2, metric(text, 'corral_run_duration_seconds_bucket{le="+Inf"}'), text)
+    assert.is_truthy(metric(text, "corral_run_duration_seconds_sum") >= 3, text)
+    assert.are.equal(0, metric(text, "corral_in_flight"), text)
+    assert.are.equal(0, metric(text, "corral_queue_depth"), text)
+    assert.is_truthy(text:find("# TYPE corral_runs_total counter", 1, true))
+    assert.is_truthy(text:find("# TYPE corral_run_duration_seconds histogram", 1, true))
+  end)
+
+  it("kills the run of a client that goes away, and drops a queued one", function()
+    local s = start_server("--concurrency 1 --queue 4")
+    -- the first client gives up after 1 s of a 10 s run; the second, queued behind it, after 0.3 s
+    local done = background(curl_line(s, "/v1/run", json { code = "import time; time.sleep(10)", timeout = 20 }, dir .. "/a", "--max-time 1") .. " & sleep 0.1; "
+      .. curl_line(s, "/v1/run", json { code = "print('never')", timeout = 5 }, dir .. "/b", "--max-time 0.3")
+      .. " & wait")
+    assert.is_true(H.eventually(function() return #launchers_of(s) > 0 end, 3), "the run did not start")
+    assert.is_true(H.eventually(function() return core.exists(done) end, 3))
+    -- the run is killed: nothing of it survives, and the launcher is gone
+    assert.is_true(H.eventually(function()
+      return #H.stray_processes() == 0 and #launchers_of(s) == 0
+    end, 3), "the run of a client that went away survived")
+    local text
+    assert.is_true(H.eventually(function()
+      text = select(3, http(s, "GET", "/metrics"))
+      return metric(text, 'corral_runs_total{reason="cancelled"}') == 1
+    end, 3), text)
+    -- the queued one never ran
+    assert.are.equal(1, metric(text, "corral_run_duration_seconds_count"), text)
+    assert.are.equal(0, metric(text, "corral_queue_depth"), text)
+    assert.are.equal(0, metric(text, "corral_in_flight"), text)
+    assert.are.equal(2, metric(text, 'corral_http_requests_total{route="/v1/run",status="499"}'), text)
+    -- and the server still serves
+    local status, _, body = http(s, "POST", "/v1/run", json { code = "print(2)" })
+    assert.are.equal(200, status, body)
+  end)
+
+  it("drains on SIGTERM: the run in flight completes, new connections are refused, exit 0", function()
+    local s = start_server("--drain-seconds 10")
+    local out = dir .. "/a"
+    local done = background(curl_line(s, "/v1/run", json { code = "import time; time.sleep(1); print('finished')",
+      timeout = 5 }, out))
+    assert.is_true(H.eventually(function() return #launchers_of(s) > 0 end, 3), "the run did not start")
+    core.kill(s.pid, 15)
+    H.eventually(function() return (read(s.log) or ""):find("draining", 1, true) ~= nil end, 2)
+    local status, _, _, _, rc = http(s, "GET", "/healthz")
+    assert.are.equal(0, status)
+    assert.are.equal(7, rc) -- curl: failed to connect
+    assert.is_true(H.eventually(function() return core.exists(done) end, 5))
+    local resp = read(out)
+    assert.is_truthy(resp:match("^HTTP/1%.1 200"), resp)
+    assert.is_truthy(resp:find('"stdout":"finished\\n"', 1, true), resp)
+    assert.are.equal(0, exit_status(s, 5), read(s.log))
+    assert.is_truthy(read(s.log):find("stopped", 1, true))
+  end)
+
+  it("kills what is still running when the drain time is over", function()
+    local s = start_server("--drain-seconds 0.3")
+    local out = dir .. "/a"
+    local done = background(curl_line(s, "/v1/run", json { code = "import time; time.sleep(20)", timeout = 30 }, out))
+    assert.is_true(H.eventually(function() return #launchers_of(s) > 0 end, 3), "the run did not start")
+    core.kill(s.pid, 15)
+    assert.are.equal(0, exit_status(s, 5), read(s.log))
+    assert.is_true(H.eventually(function() return core.exists(done) end, 3))
+    local resp = read(out)
+    assert.is_truthy(resp:match("^HTTP/1%.1 503"), resp)
+    assert.is_truthy(resp:find('"code":"shutdown"', 1, true), resp)
+  end)
+
+  it("leaves no sandboxed process behind when the server is SIGKILLed", function()
+    local s = start_server("")
+    -- the program and a setsid escapee it forked
+    local done = background(curl_line(s, "/v1/run", json { code = "import os, time\nif os.fork() == 0:\n os.setsid()\n"
+      .. "time.sleep(30)", timeout = 30 }, dir .. "/a"))
+    assert.is_true(H.eventually(function() return #H.stray_processes() >= 2 end, 3), "the run did not start")
+    local run_dirs = H.temp_dirs()
+    core.kill(s.pid, 9)
+    assert.is_true(H.eventually(function()
+      return #launchers_of(s) == 0 and #H.stray_processes() == 0
+    end, 5), "a sandboxed process outlived its server")
+    assert.is_true(H.eventually(function() return core.exists(done) end, 3))
+    -- the run's directory stays (its controller died before it could remove it); its lock is
+    -- free, so the next controller's sweep takes it: do that here
+    for _, d in ipairs(run_dirs) do
+      if not snap.dirs[d] then
+        local lock = assert(core.lock(d .. "/.lock"), "the dead server's run dir is still locked")
+        core.rmtree(d)
+        lock:close()
+      end
+    end
+  end)
+
+  describe("from Lua", function()
+    local serve = require "corral.serve"
+
+    it("refuses a bad config before it listens, naming the option", function()
+      local cases = {
+        { { listen = "0.0.0.0:8080" }, "token" },
+        { { listen = "127.0.0.1:8080" }, "token" },
+        { { listen = "localhost:8080" }, "listen" },
+        { { listen = "unix:" .. dir .. "/x.sock", bogus = 1 }, "bogus" },
+        { { listen = "unix:" .. dir .. "/x.sock", concurrency = 0 }, "concurrency" },
+        { { listen = "unix:" .. dir .. "/x.sock", policy = "no-such-policy" }, "no-such-policy" },
+        { { listen = "unix:" .. dir .. "/x.sock", policies = { "default", "nope" } }, "nope" },
+      }
+      for _, c in ipairs(cases) do
+        local ok, err = pcall(serve.start, c[1])
+        assert.is_false(ok, c[2])
+        assert.is_truthy(tostring(err):find(c[2], 1, true), tostring(err))
+      end
+      assert.is_false(core.exists(dir .. "/x.sock"))
+    end)
+
+    it("parses listen addresses and picks a default", function()
+      assert.are.same({ unix = "/run/x.sock" }, serve.parse_listen("unix:/run/x.sock"))
+      assert.are.same({ host = "127.0.0.1", port = 80, loopback = true }, serve.parse_listen("127.0.0.1:80"))
+      assert.are.same({ host = "::1", port = 9, loopback = true }, serve.parse_listen("[::1]:9"))
+      assert.is_false(serve.parse_listen("0.0.0.0:80").loopback)
+      assert.is_nil(serve.parse_listen("127.0.0.1:99999"))
+      assert.is_nil(serve.parse_listen("unix:"))
+      assert.is_truthy(serve.default_listen():match("^unix:/.*%.sock$"))
+    end)
+
+    it("serves in the embedder's loop and stops when asked", function()
+      local stopped = false
+      local srv = assert(serve.start { listen = "unix:" .. dir .. "/e.sock", signals = false, concurrency = 1,
+                                       log = function() end, on_stop = function() stopped = true end })
+      local out
+      assert(core.spawn { file = "/usr/bin/curl", args = { "-s", "--unix-socket", dir .. "/e.sock",
+        "--data-binary", '{"code": "print(40 + 2)"}', "http://corral/v1/run" },
+        on_exit = function(res) out = res.stdout srv:shutdown() end })
+      assert.is_true(srv:run())
+      assert.is_true(stopped)
+      assert.are.equal("42\n", cjson.decode(out).stdout)
+      assert.is_false(core.exists(dir .. "/e.sock"))
+      assert.are.same({ in_flight = 0, queued = 0, draining = true, stopped = true }, srv:stats())
+    end)
+  end)
+
+  describe("over TCP", function()
+    local function free_port()
+      return tonumber((H.sh(H.python .. [[ -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])']])))
+    end
+
+    it("refuses to start without a token", function()
+      for _, addr in ipairs({ "0.0.0.0:" .. free_port(), "127.0.0.1:" .. free_port() }) do
+        local out, status = H.sh("env -u CORRAL_TOKEN timeout 5 " .. H.cli .. " serve --listen " .. addr .. " </dev/null")
+        assert.are.equal(2, status, out)
+        assert.is_truthy(out:find("token", 1, true), out)
+      end
+    end)
+
+    it("needs the bearer token on every route but /healthz", function()
+      write(dir .. "/token", "s3cret-token\n")
+      local port = free_port()
+      local s = start_server("--listen 127.0.0.1:" .. port .. " --token-file " .. q(dir .. "/token"))
+      local base = "http://127.0.0.1:" .. port
+      local status, headers, body, r = http(base, "GET", "/metrics")
+      assert.are.equal(401, status, body)
+      assert.are.equal("unauthorized", r.error.code)
+      assert.is_truthy(headers["www-authenticate"])
+      local _
+      status, _, body = http(base, "POST", "/v1/run", json { code = "print(1)" }, "-H 'Authorization: Bearer wrong'")
+      assert.are.equal(401, status, body)
+      status = http(base, "POST", "/v1/run", json { code = "print(1)" }, "-H 'Authorization: Bearer s3cret-token-'")
+      assert.are.equal(401, status)
+      status, _, body, r = http(base, "POST", "/v1/run", json { code = "print(1)" },
+        "-H 'Authorization: Bearer s3cret-token'")
+      assert.are.equal(200, status, body)
+      assert.are.equal("1\n", r.stdout)
+      status = http(base, "GET", "/healthz")
+      assert.are.equal(200, status)
+      stop_server(s)
+    end)
+  end)
+end)
