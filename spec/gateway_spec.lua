@@ -50,6 +50,9 @@ local function start_nginx(dir, name, subst)
   write(dir .. "/nginx.conf", table.concat({
     "load_module " .. MODULES .. "/ndk_http_module.so;",
     "load_module " .. MODULES .. "/ngx_http_lua_module.so;",
+    -- as root nginx's workers would be nobody, outside the socket's owner and group (0660);
+    -- a deployment runs the controller as a user in nginx's group instead
+    H.root and "user root root;" or "",
     "worker_processes 1;",
     "pid " .. dir .. "/nginx.pid;",
     "error_log " .. dir .. "/error.log notice;",
