@@ -715,26 +715,21 @@ function Server:_finished(job, a, b, c)
   job.state = "done"
   local seconds = hrtime() - job.t_start
   local ctx = job.ctx
-  if job.kind == "run" then
-    local res, err, ecode = a, b, c
-    local reason = job.cancelled and "cancelled" or job.shutdown and "shutdown" or (res and res.reason or "error")
-    self:_observe(reason, seconds)
-    if job.cancelled then return self:_gone(ctx, "cancelled") end
-    if job.shutdown then
-      return self:_error(ctx, reject(503, "shutdown", "the server shut down before the run ended"))
-    end
-    if not res then return self:_sandbox_failed(ctx, "run", err, ecode) end
-    local obj = result.object(res, nil, nil, cjson.null)
-    if res.clamped then obj.clamped = res.clamped end
-    return self:_json(ctx, 200, obj, nil, res.reason)
-  end
-  local out, serr, res = a, b, c
+  -- a run ends with (res, err, ecode), an eval with (out, serr, res)
+  local res = job.kind == "run" and a or c
   local reason = job.cancelled and "cancelled" or job.shutdown and "shutdown" or (res and res.reason or "error")
   self:_observe(reason, seconds)
   if job.cancelled then return self:_gone(ctx, "cancelled") end
   if job.shutdown then
     return self:_error(ctx, reject(503, "shutdown", "the server shut down before the run ended"))
   end
+  if job.kind == "run" then
+    if not res then return self:_sandbox_failed(ctx, "run", b, c) end
+    local obj = result.object(res, nil, nil, cjson.null)
+    if res.clamped then obj.clamped = res.clamped end
+    return self:_json(ctx, 200, obj, nil, res.reason)
+  end
+  local out, serr = a, b
   local clamped = res and res.clamped and renamed(res.clamped, EVAL_NAME) or nil
   if out then
     out.clamped = clamped
