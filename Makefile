@@ -170,7 +170,7 @@ clean:
 	rm -rf build
 
 bench: all
-	$(LUA) bench/latency.lua 50
+	$(LUA) bench/bench.lua 40
 
 # wrk against corral serve on loopback for 30 s at 64 connections: requests/s, p50/p99, rejects,
 # controller RSS, processes left.
