@@ -200,36 +200,20 @@ static void walk_add(long pid)
 	W.n++;
 }
 
-/* Queues the decimal pids of a children file. A number may run on into the next read. */
+static void walk_add_pid(long pid, void *unused)
+{
+	(void)unused;
+	walk_add(pid);
+}
+
+/* Queues the pids of a children file. */
 static void read_children(int dfd, const char *path)
 {
-	char buf[2048];
-	long pid = 0;
-	int in = 0, fd = openat(dfd, path, O_RDONLY | O_CLOEXEC);
-	ssize_t n, i;
+	int fd = openat(dfd, path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return;         /* gone */
-	while ((n = read(fd, buf, sizeof buf)) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		for (i = 0; i < n; i++) {
-			if (buf[i] >= '0' && buf[i] <= '9') {
-				if (pid < INT_MAX)
-					pid = pid * 10 + (buf[i] - '0');
-				in = 1;
-			} else if (in) {
-				walk_add(pid);
-				pid = 0;
-				in = 0;
-			}
-		}
-	}
-	if (in)
-		walk_add(pid);
+	pids_read(fd, walk_add_pid, NULL);
 	close(fd);
 }
 

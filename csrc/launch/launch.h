@@ -190,6 +190,10 @@ NORETURN void outcome_exit(const struct outcome *out);
  * p->sweep_uid, every process of p->uid. Records the status of prog when it reaps it. */
 void sweep_tree(const struct plan *p, int sigfd, pid_t prog, int *prog_reaped, int *prog_status);
 
+/* Calls add(pid, arg) for each decimal number read from fd to its end (a /proc children file:
+ * numbers may run on from one read into the next). Async-signal-safe. */
+void pids_read(int fd, void (*add)(long pid, void *arg), void *arg);
+
 /* --kill-uid: the exit code (0, or 125 after a line on stderr). */
 int sweep_kill_uid(uid_t uid);
 

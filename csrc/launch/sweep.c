@@ -49,6 +49,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -165,8 +166,7 @@ static void set_del(struct pids *s, pid_t pid)
 
 /* ---- children ---- */
 
-/* Appends the decimal pids listed in fd to out. */
-static void read_pids(int fd, struct pids *out)
+void pids_read(int fd, void (*add)(long pid, void *arg), void *arg)
 {
 	char buf[4096];
 	long pid = 0;
@@ -182,17 +182,23 @@ static void read_pids(int fd, struct pids *out)
 		for (i = 0; i < n; i++) {
 			/* A number may continue into the next chunk: only a separator ends it. */
 			if (buf[i] >= '0' && buf[i] <= '9') {
-				pid = pid * 10 + (buf[i] - '0');
+				if (pid < INT_MAX)
+					pid = pid * 10 + (buf[i] - '0');
 				in = 1;
 			} else if (in) {
-				add_or_kill(out, pid);
+				add(pid, arg);
 				pid = 0;
 				in = 0;
 			}
 		}
 	}
 	if (in)
-		add_or_kill(out, pid);
+		add(pid, arg);
+}
+
+static void add_pid(long pid, void *out)
+{
+	add_or_kill(out, pid);
 }
 
 /* The children of every thread of pid, from /proc/PID/task/TID/children; with away, each thread
@@ -224,7 +230,7 @@ static void children_proc(pid_t pid, struct pids *out, const cpu_set_t *away)
 			snprintf(path, sizeof path, "%.20s/children", d->d_name);
 			fd = openat(dfd, path, O_RDONLY | O_CLOEXEC);
 			if (fd >= 0) {
-				read_pids(fd, out);
+				pids_read(fd, add_pid, out);
 				close(fd);
 			}
 		}
