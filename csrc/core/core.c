@@ -207,6 +207,7 @@ static int loop_close(lua_State *L) {
   cl->closing = 1;
   corral_http_shutdown(cl); /* before the runs': its walk closes whatever is left as a run's */
   corral_watch_shutdown(cl);
+  corral_zygote_shutdown(cl); /* before the runs': its handles are not runs' */
   corral_runs_shutdown(cl);
   uv_run(&cl->loop, UV_RUN_DEFAULT); /* only close callbacks are left */
   lua_pushnil(L);
@@ -390,6 +391,7 @@ static const luaL_Reg funcs[] = {
     {"set_dumpable", l_set_dumpable},
     {"time", l_time},
     {"spawn", corral_spawn},
+    {"zygote", corral_zygote_start},
     {"http_listen", corral_http_listen},
     {"signal", corral_signal},
     {"timer", corral_timer},
@@ -444,6 +446,7 @@ LUAMOD_API int luaopen_corral_core(lua_State *L) {
   corral_lock_open(L);
   corral_http_open(L);
   corral_watch_open(L);
+  corral_zygote_open(L);
 
   /* the userdata first, closed; then the loop */
   pp = (corral_loop **)lua_newuserdatauv(L, sizeof *pp, 0);

@@ -8,6 +8,7 @@
  * lock.c     core.lock
  * http.c     core.http_listen: an HTTP/1.1 server (http-parser) and its corral.http_res
  * watch.c    core.signal, core.timer: small handles that call a Lua function
+ * zygote.c   core.zygote: a warm interpreter (corral-zygote) that forks runs on request
  *
  * There is no process-wide state: every luaopen makes its own corral_loop, reached through the
  * first upvalue of the module's functions (busted loads the module afresh per spec file).
@@ -30,6 +31,7 @@
 #define CORRAL_RES_MT    "corral.http_res"
 #define CORRAL_SIGNAL_MT "corral.signal"
 #define CORRAL_TIMER_MT  "corral.timer"
+#define CORRAL_ZYGOTE_MT "corral.zygote"
 
 /* One read buffer per loop: libuv reads into it, process.c copies what fits under the caps;
  * http.c reads input it drops (after a closing response) into it. */
@@ -38,6 +40,8 @@
 struct corral_run;
 struct corral_http_server;
 struct corral_watch;
+struct corral_zygote;
+struct corral_zlink;
 
 typedef struct corral_loop {
   uv_loop_t loop;
@@ -45,6 +49,7 @@ typedef struct corral_loop {
   struct corral_run *runs;    /* every run whose handles are not all closed yet */
   struct corral_http_server *servers; /* every server whose handles are not all closed yet */
   struct corral_watch *watches;       /* every signal watcher and timer not closed yet */
+  struct corral_zygote *zygotes;      /* every zygote whose handles are not all closed yet */
   int running;                /* inside uv_run (core.run is not re-entrant) */
   int closing;                /* the loop is being torn down: no Lua from callbacks */
   int err_ref;                /* first error raised by a callback, re-raised by core.run */
@@ -86,6 +91,24 @@ void corral_proc_open(lua_State *L);          /* registers the corral.proc metat
 /* Loop teardown: SIGKILL and reap every running child, then uv_close every handle (their close
  * callbacks free the runs without calling Lua; the caller runs the loop to let them fire). */
 void corral_runs_shutdown(corral_loop *cl);
+
+/* What zygote.c tells a run started through it. */
+void corral_run_zygote_pid(struct corral_run *r, int pid);
+void corral_run_zygote_exit(struct corral_run *r, int exit_status, int term_signal);
+void corral_run_zygote_failed(struct corral_run *r, const char *why);
+
+/* ---- zygote.c ---- */
+int corral_zygote_start(lua_State *L);
+void corral_zygote_open(lua_State *L);        /* registers corral.zygote */
+/* The open zygote of the userdata at idx; raises if it is not one, or closed. */
+struct corral_zygote *corral_zygote_check(lua_State *L, int idx);
+/* Send a run's request (args: NULL-terminated launcher arguments; fds: the child's stdin,
+ * stdout, stderr and report ends, always taken over). 0 and the link in *out, or -errno. */
+int corral_zygote_submit(struct corral_zygote *z, struct corral_run *r, char *const *args,
+                         int fds[4], struct corral_zlink **out);
+void corral_zlink_free(struct corral_zlink *k);  /* the run is done with it (NULL: nothing) */
+/* Loop teardown, before corral_runs_shutdown: kill and reap the zygotes, close their handles. */
+void corral_zygote_shutdown(corral_loop *cl);
 
 /* ---- http.c ---- */
 int corral_http_listen(lua_State *L);

@@ -20,8 +20,11 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #define REPORT_CAP ((size_t)64 * 1024)
 #define DEFAULT_CAP ((lua_Integer)1024 * 1024)
@@ -75,8 +78,11 @@ struct corral_run {
   int64_t exit_status;
   int term_signal;
   const char *overflow;
+  struct corral_zlink *zl; /* started through a warm interpreter (zygote.c) */
+  char *zerror;            /* ... which could not start it, or went away */
   unsigned process_init : 1, spawned : 1, exited : 1, ending : 1, finishing : 1;
   unsigned timed_out : 1, killed : 1, kill_on_overflow : 1, has_timeout : 1, report : 1;
+  unsigned kill_sent : 1; /* SIGKILL went out (or is due once a zygote names the pid) */
 };
 
 /* ---- closing and freeing --------------------------------------------------------------------- */
@@ -127,6 +133,9 @@ static void stream_free(stream *st) {
 }
 
 static void run_free(corral_run *r) {
+  corral_zlink_free(r->zl);
+  r->zl = NULL;
+  free(r->zerror);
   stream_free(&r->out);
   stream_free(&r->err);
   stream_free(&r->rep);
@@ -166,6 +175,7 @@ static void maybe_finish(corral_run *r) {
 static void kill_cb(uv_timer_t *t) {
   corral_run *r = (corral_run *)t->data;
   if (r->exited) return;
+  r->kill_sent = 1;
   signal_pid(r, SIGKILL);
   signal_group(r, SIGKILL);
 }
@@ -204,18 +214,49 @@ static void drain_cb(uv_timer_t *t) {
   maybe_finish(r);
 }
 
-static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
-  corral_run *r = (corral_run *)p->data;
+/* The launcher (process A) has ended: reaped by libuv, or by the zygote that forked it. */
+static void run_exited(corral_run *r, int64_t exit_status, int term_signal) {
   r->t_end = uv_hrtime();
   r->exited = 1;
   r->exit_status = exit_status;
   r->term_signal = term_signal;
   uv_timer_stop(&r->t_timeout);
   uv_timer_stop(&r->t_kill);
-  close_handle((uv_handle_t *)p);
   stdin_close(r); /* the program is gone; nobody should still read it */
   if (r->out.state == ST_OPEN || r->err.state == ST_OPEN || r->rep.state == ST_OPEN)
     uv_timer_start(&r->t_drain, drain_cb, r->grace_ms, 0);
+  maybe_finish(r);
+}
+
+static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
+  corral_run *r = (corral_run *)p->data;
+  close_handle((uv_handle_t *)p);
+  run_exited(r, exit_status, term_signal);
+}
+
+/* ---- runs started by a zygote (zygote.c calls these) ------------------------------------------ */
+
+void corral_run_zygote_pid(corral_run *r, int pid) {
+  r->pid = pid;
+  if (r->ud) r->ud->pid = pid;
+  if (r->ending) { /* a kill came before the pid: deliver what is due now */
+    signal_pid(r, r->kill_sent ? SIGKILL : SIGTERM);
+    if (r->kill_sent) signal_group(r, SIGKILL);
+  }
+}
+
+void corral_run_zygote_exit(corral_run *r, int exit_status, int term_signal) {
+  r->zl = NULL; /* freed by zygote.c */
+  if (!r->exited) run_exited(r, exit_status, term_signal);
+}
+
+void corral_run_zygote_failed(corral_run *r, const char *why) {
+  r->zl = NULL;
+  if (r->zerror == NULL) r->zerror = strdup(why ? why : "failed");
+  if (r->exited) return;
+  if (r->pid > 0) signal_group(r, SIGKILL); /* A dies with its zygote; its group may not */
+  run_exited(r, -1, 0);
+  close_outputs(r); /* no process will close them for us */
   maybe_finish(r);
 }
 
@@ -383,6 +424,10 @@ static void push_result(lua_State *L, const corral_run *r) {
   lua_setfield(L, -2, "wall_s");
   lua_pushinteger(L, r->pid);
   lua_setfield(L, -2, "pid");
+  if (r->zerror) {
+    lua_pushstring(L, r->zerror);
+    lua_setfield(L, -2, "launch_error");
+  }
 }
 
 /* Run under corral_pcall: store the result in the proc, mark it done, call on_exit(res). */
@@ -443,8 +488,8 @@ void corral_runs_shutdown(corral_loop *cl) {
       signal_pid(r, SIGKILL);
       signal_group(r, SIGKILL);
       /* Reap it ourselves: closing the process handle takes it off libuv's list. SIGKILL is
-       * not ignorable, so this wait is short. */
-      while (waitpid(r->pid, &status, 0) < 0 && errno == EINTR) {
+       * not ignorable, so this wait is short. (A zygote's child is its zygote's to reap.) */
+      while (!r->zl && r->pid > 0 && waitpid(r->pid, &status, 0) < 0 && errno == EINTR) {
       }
       r->exited = 1;
     }
@@ -457,7 +502,7 @@ void corral_runs_shutdown(corral_loop *cl) {
 
 static const char *const spawn_keys[] = {
     "file", "args", "env", "stdin", "stdout_cap", "stderr_cap", "tail_bytes",
-    "kill_on_overflow", "report", "timeout", "grace", "on_exit", NULL,
+    "kill_on_overflow", "report", "timeout", "grace", "on_exit", "zygote", NULL,
 };
 
 /* Check that the option at stack index idx is nil or an array of strings without NUL bytes;
@@ -525,6 +570,109 @@ static uint64_t seconds_to_ms(double s) {
   return (uint64_t)ceil(s * 1000.0);
 }
 
+/* Spawn the launcher with libuv: stdin (a pipe, or /dev/null), stdout, stderr, the report fd 3. */
+static int start_process(corral_run *r, const char *file, char **argv, char **envp, int has_in,
+                         size_t out_cap, size_t err_cap, size_t tail) {
+  corral_loop *cl = r->cl;
+  uv_stdio_container_t stdio[4];
+  uv_process_options_t o;
+  int rc = 0;
+
+  memset(stdio, 0, sizeof stdio);
+  if (has_in) {
+    rc = uv_pipe_init(&cl->loop, &r->in, 0);
+    if (rc == 0) {
+      r->in.data = r;
+      r->in_state = ST_OPEN;
+      r->handles++;
+      stdio[0].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_READABLE_PIPE);
+      stdio[0].data.stream = (uv_stream_t *)&r->in;
+    }
+  } else {
+    stdio[0].flags = UV_IGNORE; /* libuv gives the child /dev/null */
+  }
+  if (rc == 0) rc = stream_init(r, &r->out, "stdout", out_cap, tail);
+  if (rc == 0) rc = stream_init(r, &r->err, "stderr", err_cap, tail);
+  if (rc == 0 && r->report) rc = stream_init(r, &r->rep, "report", REPORT_CAP, 0);
+  stdio[1].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
+  stdio[1].data.stream = (uv_stream_t *)&r->out.pipe;
+  stdio[2].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
+  stdio[2].data.stream = (uv_stream_t *)&r->err.pipe;
+  stdio[3].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE); /* the child writes */
+  stdio[3].data.stream = (uv_stream_t *)&r->rep.pipe;
+  if (rc != 0) return rc;
+
+  memset(&o, 0, sizeof o);
+  o.exit_cb = exit_cb;
+  o.file = file;
+  o.args = argv;
+  o.env = envp;
+  o.stdio_count = r->report ? 4 : 3;
+  o.stdio = stdio;
+  /* a new session for every child, launcher or not, so that ending the run can always
+   * signal its whole process group */
+  o.flags = UV_PROCESS_DETACHED;
+  r->t_start = uv_hrtime();
+  rc = uv_spawn(&cl->loop, &r->process, &o);
+  r->process.data = r;
+  r->process_init = 1; /* uv_spawn initialises the handle even when it fails */
+  r->handles++;
+  if (rc == 0) r->pid = r->process.pid;
+  return rc;
+}
+
+/* One stream of the run as a socketpair, as libuv makes them for a spawned child: our end in
+ * the handle, the child's end in *child. */
+static int stream_pair(corral_run *r, uv_pipe_t *p, int *child, int ours_is_first) {
+  int sv[2], rc;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return uv_translate_sys_error(errno);
+  rc = uv_pipe_open(p, ours_is_first ? sv[0] : sv[1]);
+  if (rc != 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return rc;
+  }
+  *child = ours_is_first ? sv[1] : sv[0];
+  (void)r;
+  return 0;
+}
+
+/* Ask a zygote for the run: it forks the launcher's process A from a warm interpreter. The
+ * child's ends go to the zygote, which passes them on; ours are read as for a spawned launcher. */
+static int start_in_zygote(corral_run *r, struct corral_zygote *z, int has_in, size_t out_cap,
+                           size_t err_cap, size_t tail, char **args) {
+  corral_loop *cl = r->cl;
+  int fds[4] = {-1, -1, -1, -1};
+  int rc = 0, i;
+
+  if (has_in) {
+    rc = uv_pipe_init(&cl->loop, &r->in, 0);
+    if (rc == 0) {
+      r->in.data = r;
+      r->in_state = ST_OPEN;
+      r->handles++;
+      rc = stream_pair(r, &r->in, &fds[0], 1);
+    }
+  } else {
+    fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fds[0] < 0) rc = uv_translate_sys_error(errno);
+  }
+  if (rc == 0) rc = stream_init(r, &r->out, "stdout", out_cap, tail);
+  if (rc == 0) rc = stream_pair(r, &r->out.pipe, &fds[1], 1);
+  if (rc == 0) rc = stream_init(r, &r->err, "stderr", err_cap, tail);
+  if (rc == 0) rc = stream_pair(r, &r->err.pipe, &fds[2], 1);
+  if (rc == 0) rc = stream_init(r, &r->rep, "report", REPORT_CAP, 0);
+  if (rc == 0) rc = stream_pair(r, &r->rep.pipe, &fds[3], 1);
+  if (rc != 0) {
+    for (i = 0; i < 4; i++)
+      if (fds[i] >= 0) close(fds[i]);
+    return rc;
+  }
+  r->t_start = uv_hrtime();
+  rc = corral_zygote_submit(z, r, args, fds, &r->zl); /* takes the fds */
+  return rc < 0 ? uv_translate_sys_error(-rc) : 0;
+}
+
 /* core.spawn(opts) -> proc | nil, err, code */
 int corral_spawn(lua_State *L) {
   corral_loop *cl = corral_loop_up(L);
@@ -537,14 +685,25 @@ int corral_spawn(lua_State *L) {
   char **argv, **envp;
   proc_ud *ud;
   corral_run *r;
-  uv_stdio_container_t stdio[4];
-  uv_process_options_t o;
   int self_ref, on_exit_ref = LUA_NOREF;
+  struct corral_zygote *zyg = NULL;
 
   /* 1. options: every mistake raises before anything is acquired */
   luaL_checktype(L, 1, LUA_TTABLE);
   corral_check_keys(L, 1, spawn_keys);
+  lua_getfield(L, 1, "zygote");
+  if (!lua_isnil(L, -1)) {
+    if (!luaL_testudata(L, -1, CORRAL_ZYGOTE_MT))
+      luaL_argerror(L, 1, lua_pushfstring(L, "option 'zygote': corral.zygote expected, got %s",
+                                          luaL_typename(L, -1)));
+    zyg = corral_zygote_check(L, lua_gettop(L));
+  }
   file = corral_opt_string(L, 1, "file", &file_len); /* stays on the stack, as do the others */
+  if (file == NULL && zyg != NULL) {
+    lua_pop(L, 1);
+    lua_pushliteral(L, "corral-zygote");
+    file = lua_tolstring(L, -1, &file_len);
+  }
   if (file == NULL) luaL_argerror(L, 1, "option 'file' is required");
   if (file_len == 0 || strlen(file) != file_len)
     luaL_argerror(L, 1, "option 'file': empty or contains a NUL byte");
@@ -565,6 +724,8 @@ int corral_spawn(lua_State *L) {
   tail = corral_opt_integer(L, 1, "tail_bytes", 0, 0, MAX_CAP);
   kill_on_overflow = corral_opt_boolean(L, 1, "kill_on_overflow", 0);
   report = corral_opt_boolean(L, 1, "report", 0);
+  if (zyg != NULL && !report)
+    luaL_argerror(L, 1, "option 'zygote' needs 'report' (a zygote run always has a report fd)");
   timeout = corral_opt_number(L, 1, "timeout", -1.0, 0.0, 1e7);
   has_timeout = timeout >= 0.0;
   grace = corral_opt_number(L, 1, "grace", DEFAULT_GRACE, 0.0, 3600.0);
@@ -624,47 +785,12 @@ int corral_spawn(lua_State *L) {
   r->t_timeout.data = r->t_kill.data = r->t_drain.data = r;
   r->handles += 3;
 
-  memset(stdio, 0, sizeof stdio);
-  rc = 0;
-  if (in != NULL) {
-    rc = uv_pipe_init(&cl->loop, &r->in, 0);
-    if (rc == 0) {
-      r->in.data = r;
-      r->in_state = ST_OPEN;
-      r->handles++;
-      stdio[0].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_READABLE_PIPE);
-      stdio[0].data.stream = (uv_stream_t *)&r->in;
-    }
-  } else {
-    stdio[0].flags = UV_IGNORE; /* libuv gives the child /dev/null */
-  }
-  if (rc == 0) rc = stream_init(r, &r->out, "stdout", (size_t)out_cap, (size_t)tail);
-  if (rc == 0) rc = stream_init(r, &r->err, "stderr", (size_t)err_cap, (size_t)tail);
-  if (rc == 0 && report) rc = stream_init(r, &r->rep, "report", REPORT_CAP, 0);
-  stdio[1].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-  stdio[1].data.stream = (uv_stream_t *)&r->out.pipe;
-  stdio[2].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-  stdio[2].data.stream = (uv_stream_t *)&r->err.pipe;
-  stdio[3].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_WRITABLE_PIPE); /* the child writes */
-  stdio[3].data.stream = (uv_stream_t *)&r->rep.pipe;
-
-  if (rc == 0) {
-    memset(&o, 0, sizeof o);
-    o.exit_cb = exit_cb;
-    o.file = file;
-    o.args = argv;
-    o.env = envp;
-    o.stdio_count = report ? 4 : 3;
-    o.stdio = stdio;
-    /* a new session for every child, launcher or not, so that ending the run can always
-     * signal its whole process group */
-    o.flags = UV_PROCESS_DETACHED;
-    r->t_start = uv_hrtime();
-    rc = uv_spawn(&cl->loop, &r->process, &o);
-    r->process.data = r;
-    r->process_init = 1; /* uv_spawn initialises the handle even when it fails */
-    r->handles++;
-  }
+  if (zyg != NULL)
+    rc = start_in_zygote(r, zyg, in != NULL, (size_t)out_cap, (size_t)err_cap, (size_t)tail,
+                         argv + 1);
+  else
+    rc = start_process(r, file, argv, envp, in != NULL, (size_t)out_cap, (size_t)err_cap,
+                       (size_t)tail);
   if (rc != 0) {
     /* Nothing is left open: the pipes' fds are closed by uv_close now, the C memory is freed by
      * the close callbacks on the next turn of the loop. */
@@ -677,7 +803,6 @@ int corral_spawn(lua_State *L) {
 
   /* 4. running */
   r->spawned = 1;
-  r->pid = r->process.pid;
   r->ud = ud;
   ud->run = r;
   ud->pid = r->pid;

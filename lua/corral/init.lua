@@ -10,6 +10,7 @@ local core = require "corral.core"
 local options = require "corral.options"
 local policy = require "corral.policy"
 local hostmod = require "corral.host"
+local warm = require "corral.warm"
 
 local M = { _VERSION = "corral 0.1.0" }
 
@@ -111,11 +112,18 @@ local function launch(what, code, opts, on_done, extra)
   local run
   run, err, ecode = make_run(pol, o, code, host)
   if not run then return nil, err, ecode end
+  -- a warm policy's runs are forked by its zygote, with the same launcher arguments
+  local zygote
+  if pol.warm then
+    zygote, err, ecode = warm.get(pol, o)
+    if not zygote then cleanup(run) return nil, err, ecode end
+  end
   -- from here on the run holds a directory, a lock and maybe a uid: any error (a policy's
   -- launch_args is operator code) must give them back
   local spawn_ok, proc, serr, scode = pcall(function()
     return core.spawn {
-      file = host.launcher,
+      file = not zygote and host.launcher or nil,
+      zygote = zygote,
       args = pol:launch_args(o, run, host),
       stdin = o.stdin,
       stdout_cap = o.max_output,
@@ -127,7 +135,12 @@ local function launch(what, code, opts, on_done, extra)
       grace = pol.grace or 0.2,
       on_exit = function(raw)
         -- a policy's result() is operator code: whatever it does, the run is cleaned up
-        local pok, res, rerr, rcode = pcall(pol.result, pol, raw, o, run, host)
+        local pok, res, rerr, rcode
+        if raw.launch_error then
+          pok, rerr, rcode = true, "EZYGOTE: the warm interpreter did not run the program: " .. raw.launch_error, "EZYGOTE"
+        else
+          pok, res, rerr, rcode = pcall(pol.result, pol, raw, o, run, host)
+        end
         local cerr = cleanup(run)
         if not pok then
           res, rerr, rcode = nil, "EPOLICY: policy '" .. tostring(pol.name) .. "' failed to build the result: "

@@ -53,6 +53,19 @@ function M.launcher()
     .. "); run `make` or set CORRAL_LAUNCH"
 end
 
+--- Path of the `corral-zygote` executable (the warm interpreter), or nil and a message. It is
+-- built and installed next to the launcher; CORRAL_ZYGOTE overrides.
+function M.zygote()
+  local env = os.getenv("CORRAL_ZYGOTE")
+  if env and env ~= "" then return env end
+  local launcher, err = M.launcher()
+  if not launcher then return nil, err end
+  local path = launcher:gsub("corral%-launch$", "corral-zygote")
+  if path ~= launcher and exists(path) then return path end
+  return nil, "ENOENT: corral-zygote not found next to " .. launcher
+    .. " (it needs libpython3.11-dev to build; run `make`) or set CORRAL_ZYGOTE"
+end
+
 --- Directories searched for policies by name, in order.
 function M.policy_dirs()
   local dirs = {}

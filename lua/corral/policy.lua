@@ -27,6 +27,8 @@
 -- socket() of every family but AF_UNIX), `budgets` ("off", "poll", "cgroup", "auto": whole-run
 -- CPU and memory), `budget_poll_ms`, `cgroup` (a delegated cgroup v2 directory),
 -- `protect_controller` (default true: the controller is made non-dumpable before its first run).
+-- Speed: `warm` (false, or `{preload = {module names}}`: runs are forked from a pre-started
+-- interpreter, corral-zygote, that imported these modules; see lua/corral/warm.lua).
 --
 -- Methods a policy may override, each called with the policy as `self`:
 -- `prepare(opts, host)` → opts (defaults, maxima, checks against the host; raise for a bad request,
@@ -176,6 +178,20 @@ function Policy:check()
   end
   for _, k in ipairs({ "grace", "tail_bytes" }) do
     if type(self[k]) ~= "number" or self[k] < 0 then fail(self, k, "must be a number >= 0") end
+  end
+  if self.warm ~= nil and self.warm ~= false then
+    check_kind(self, "warm", self.warm, "table")
+    for k in pairs(self.warm) do
+      if k ~= "preload" then fail(self, "warm", "has an unknown key '" .. tostring(k) .. "' (known: preload)") end
+    end
+    if self.warm.preload ~= nil then
+      check_strings(self, "warm.preload", self.warm.preload)
+      for _, m in ipairs(self.warm.preload) do
+        if not m:match("^[%a_][%w_]*$") and not m:match("^[%a_][%w_]*%.[%w_%.]*[%w_]$") then
+          fail(self, "warm.preload", "holds '" .. m .. "', not a module name")
+        end
+      end
+    end
   end
   return self
 end
