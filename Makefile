@@ -43,7 +43,7 @@ CORE_HDR   := $(wildcard csrc/core/*.h)
 LAUNCHER := csrc/corral-launch
 CORE_SO  := csrc/corral/core.so
 
-.PHONY: all test run install clean bench soak loadtest deps-build deps-test deps-run deps-fuzz asan fuzz \
+.PHONY: all test run install clean bench bench-rss soak loadtest deps-build deps-test deps-run deps-fuzz asan fuzz \
 	fuzz-build fuzz-replay replay-build
 
 all: $(LAUNCHER) $(CORE_SO)
@@ -169,8 +169,24 @@ clean:
 	rm -f $(LAUNCHER) $(CORE_SO)
 	rm -rf build
 
+# bench/bench.lua: bare Python against corral (default, bwrap, warm when present) through the
+# library, `corral run` and `corral serve` (wrk on loopback TCP): latency median/p99 and ratios,
+# runs/s at concurrency 1, 2, 8 with the controller's CPU per run, controller RSS, and issue 5's
+# targets with PASS/MISS. About 2-3 minutes on 2 cores. BENCH_JSON=FILE also writes the figures
+# as JSON. `make bench-rss` runs only the RSS series, 10,000 runs unless RSS_RUNS says otherwise.
+BENCH_N ?= 100
+THROUGHPUT_RUNS ?= 300
+SERVE_SECONDS ?= 5
+RSS_RUNS ?= 2000
+BENCH_JSON ?=
 bench: all
-	$(LUA) bench/bench.lua 40
+	$(LUA) bench/bench.lua --runs $(BENCH_N) --throughput-runs $(THROUGHPUT_RUNS) \
+		--serve-seconds $(SERVE_SECONDS) --rss-runs $(RSS_RUNS) $(if $(BENCH_JSON),--json $(BENCH_JSON))
+
+bench-rss: all
+	$(LUA) bench/bench.lua --only rss \
+		--rss-runs $(if $(filter command line environment,$(origin RSS_RUNS)),$(RSS_RUNS),10000) \
+		$(if $(BENCH_JSON),--json $(BENCH_JSON))
 
 # wrk against corral serve on loopback for 30 s at 64 connections: requests/s, p50/p99, rejects,
 # controller RSS, processes left.

@@ -1,128 +1,861 @@
--- corral against bare Python, measured side by side in one run (make bench).
--- Latency: each case run N times, interleaved with the others so that machine noise hits all
--- alike, after a warm-up; median and p99, and the ratio of the median to bare `python3 -I -c`.
--- Throughput: runs per second through the Lua API at concurrency 1, 2 and 8, with the
--- controller's own CPU per run and its RSS. A heavy-import program too.
---   lua5.4 bench/bench.lua [N]
+-- corral against bare Python, measured side by side in one run (make bench): every figure
+-- issue 5 asks for, and its targets with PASS or MISS computed from this run.
+--
+-- 1. Latency of print('hello'): bare `python3 -I -c`, `unshare --net python3 -I -c`, corral's
+--    `default`, `bwrap` and `warm` policies through the library (corral.run_python) and through
+--    `corral run --json` (a new Lua process per run), and through `corral serve` end to end (one
+--    server per policy on loopback TCP with a token, wrk with one keep-alive connection). Every
+--    case is warmed up, then the cases run round-robin, so that machine drift hits all alike:
+--    median, p99, and the ratio of the median to bare Python's of the same run. A heavy-import
+--    program (json, decimal, … csv, and numpy when installed) bare, under `default` and `warm`.
+-- 2. Throughput: runs/s at concurrency 1, 2 and 8 through the library (each policy) and through
+--    `corral serve` (wrk -c2, -c8), in interleaved chunks after a warm-up chunk, with the
+--    controller's own CPU per run (the bench process's getrusage for the library; /proc/PID/stat of
+--    the server process for serve; children's CPU is not the controller's).
+-- 3. Controller RSS: the library controller (this process) and each server at idle; then a series
+--    of --rss-runs runs through one library controller at concurrency 8 (default and warm mixed),
+--    RSS after a full GC at the start, after a warm-up and at regular marks, and the spread.
+--
+-- The `warm` rows run when `corral.policies()` lists a `warm` policy that loads and runs
+-- print('hello'); otherwise the bench says "warm: not available (<reason>)" and goes on. Every
+-- run's result is checked (ok, stdout "hello\n"); a failed run is counted, never timed.
+--
+--   lua5.4 bench/bench.lua [N] [--runs N] [--throughput-runs N] [--serve-seconds S]
+--                          [--rss-runs N] [--only SECTIONS] [--json FILE]
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "csrc/?.so;" .. package.cpath
 local core = require "corral.core"
 local corral = require "corral"
-local policy = require "corral.policy"
+local has_cjson, cjson = pcall(require, "cjson")
 
-local N = tonumber(arg[1]) or 40
-local PY = "/usr/bin/python3"
-local HELLO = "print('hello')"
-local HEAVY = "import json, decimal, fractions, statistics, datetime, collections, re, email, csv\n" ..
-  "try:\n    import numpy\nexcept ImportError:\n    pass\nprint('ok')"
+local hrtime, fmt = core.hrtime, string.format
+
+local USAGE = [[
+usage: lua5.4 bench/bench.lua [N] [OPTIONS]
+  N, --runs N            latency rounds: samples per case (default 100)
+  --throughput-runs N    runs per policy and concurrency through the library (default 300)
+  --serve-seconds S      wrk seconds per server: at concurrency 1 (latency) and again at 2 and
+                         at 8 (throughput) (default 5)
+  --rss-runs N           runs in the controller RSS series (default 2000; issue 5 asks 10000)
+  --only LIST            sections to run, comma-separated: latency,serve,throughput,rss
+  --json FILE            also write every figure as JSON to FILE
+  -h, --help             this text
+]]
+
+local opt = { runs = 100, throughput_runs = 300, serve_seconds = 5, rss_runs = 2000,
+              only = { latency = true, serve = true, throughput = true, rss = true } }
+do
+  local flags = { ["--runs"] = "runs", ["--throughput-runs"] = "throughput_runs",
+                  ["--serve-seconds"] = "serve_seconds", ["--rss-runs"] = "rss_runs" }
+  local i = 1
+  while i <= #arg do
+    local a = arg[i]
+    if a == "-h" or a == "--help" then
+      io.stdout:write(USAGE)
+      os.exit(0)
+    elseif flags[a] or a == "--json" or a == "--only" then
+      local v = arg[i + 1]
+      if not v then io.stderr:write("bench: ", a, " needs a value\n", USAGE) os.exit(2) end
+      if a == "--json" then
+        opt.json = v
+      elseif a == "--only" then
+        opt.only = {}
+        for s in v:gmatch("[^,]+") do
+          if not ({ latency = 1, serve = 1, throughput = 1, rss = 1 })[s] then
+            io.stderr:write("bench: unknown section '", s, "'\n", USAGE) os.exit(2)
+          end
+          opt.only[s] = true
+        end
+      else
+        local n = math.tointeger(tonumber(v))
+        if not n or n < 1 then io.stderr:write("bench: ", a, " needs a whole number >= 1\n") os.exit(2) end
+        opt[flags[a]] = n
+      end
+      i = i + 1
+    elseif math.tointeger(tonumber(a)) and i == 1 then
+      opt.runs = math.tointeger(tonumber(a))
+    else
+      io.stderr:write("bench: unexpected argument '", a, "'\n", USAGE)
+      os.exit(2)
+    end
+    i = i + 1
+  end
+end
+
+-- Helpers ---------------------------------------------------------------------------------------
+
+local function say(...) io.stdout:write(fmt(...), "\n") io.stdout:flush() end
+local function progress(...) io.stderr:write("bench: ", fmt(...), "\n") io.stderr:flush() end
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
 
 local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-local function code_file(code)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(code)
+
+local function which(name)
+  local f = io.popen("command -v " .. sh_quote(name) .. " 2>/dev/null")
+  local path = f:read("l")
   f:close()
+  return path ~= "" and path or nil
+end
+
+local function sleep(seconds)
+  local fired = false
+  local t = core.timer(seconds, function() fired = true end)
+  while not fired do core.run("once") end
+  t:close()
+end
+
+-- the sorted copy's value at quantile p (nearest rank)
+local function quantile(sorted, p)
+  return sorted[math.max(1, math.ceil(#sorted * p))]
+end
+
+local function summary(samples)
+  local s = {}
+  for i, v in ipairs(samples) do s[i] = v end
+  table.sort(s)
+  if #s == 0 then return nil end
+  return { n = #s, median = quantile(s, 0.5), p99 = quantile(s, 0.99) }
+end
+
+local function rss_kb(pid)
+  local text = read_file("/proc/" .. (pid or "self") .. "/status")
+  return tonumber(text and text:match("VmRSS:%s*(%d+)"))
+end
+
+local CLK_TCK
+do
+  local f = io.popen("getconf CLK_TCK 2>/dev/null")
+  CLK_TCK = tonumber(f:read("l")) or 100
+  f:close()
+end
+
+-- user+sys seconds of another process (not its children)
+local function cpu_s(pid)
+  local text = read_file("/proc/" .. pid .. "/stat")
+  local rest = text and text:match("%) (.*)$")
+  if not rest then return nil end
+  local f = {}
+  for w in rest:gmatch("%S+") do f[#f + 1] = w end
+  -- fields from 3 (state) on: utime is field 14, stime 15
+  return (tonumber(f[12]) + tonumber(f[13])) / CLK_TCK
+end
+
+local function self_cpu_s()
+  local ru = core.rusage()
+  return ru.user_s + ru.sys_s
+end
+
+local function settle()
+  collectgarbage("collect")
+  collectgarbage("collect")
+end
+
+local function mb(kb) return kb and fmt("%.1f MB", kb / 1024) or "?" end
+
+-- The children's environment: core.spawn gives an empty one unless told otherwise.
+local ENV = {}
+for _, k in ipairs { "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_RUNTIME_DIR", "CORRAL_POLICY_PATH",
+                     "CORRAL_LAUNCH", "CORRAL_CPATH" } do
+  local v = os.getenv(k)
+  if v then ENV[#ENV + 1] = k .. "=" .. v end
+end
+
+-- Spawn a process (no shell), wait for it; its result table or nil, message.
+local function spawn_wait(file, args)
+  local res
+  local p, err = core.spawn { file = file, args = args, env = ENV, on_exit = function(r) res = r end }
+  if not p then return nil, err end
+  while not res do core.run("once") end
+  return res
+end
+
+local function exit_text(r)
+  if r.term_signal and r.term_signal ~= 0 then return "signal " .. r.term_signal end
+  return "exit " .. tostring(r.exit_status)
+end
+
+-- What is here ----------------------------------------------------------------------------------
+
+local HELLO = "print('hello')"
+local HEAVY_MODULES = "json, decimal, fractions, statistics, datetime, collections, re, email, csv"
+local LUA = which(arg[-1] or "lua5.4") or arg[-1] or "lua5.4"
+local WRK = which("wrk")
+local NCPU = core.cpu_count()
+
+local unshare
+do
+  local u = which("unshare")
+  if u then
+    for _, args in ipairs { { "--net" }, { "--user", "--map-root-user", "--net" } } do
+      local a = { table.unpack(args) }
+      a[#a + 1] = "true"
+      local r = spawn_wait(u, a)
+      if r and r.exit_status == 0 then
+        unshare = { u, table.unpack(args) }
+        break
+      end
+    end
+  end
+end
+
+-- A policy is available when it is listed, loads, and runs print('hello').
+local listed = {}
+for _, p in ipairs(corral.policies()) do listed[#listed + 1] = p.name end
+local function policy_status(name)
+  local found = false
+  for _, n in ipairs(listed) do found = found or n == name end
+  if not found then
+    return false, "no policy named '" .. name .. "' on the policy path; corral.policies(): " .. table.concat(listed, ", ")
+  end
+  local ok, err = pcall(corral.load_policy, name)
+  if not ok then return false, "it does not load: " .. tostring(err) end
+  local pok, r, rerr = pcall(corral.run_python, HELLO, { policy = name })
+  if not pok or not r then return false, "a first run failed: " .. tostring(pok and rerr or r) end
+  if not r.ok or r.stdout ~= "hello\n" then
+    return false, "a first run gave reason " .. tostring(r.reason) .. ", stdout " .. fmt("%q", r.stdout)
+      .. ", stderr " .. fmt("%q", r.stderr:sub(1, 200))
+  end
+  return true
+end
+
+local LIB_IDLE_RSS = rss_kb()     -- before any run through the library
+local available, why_not = {}, {}
+local POLICIES = {}               -- the policies measured, in order
+for _, name in ipairs { "default", "bwrap", "warm" } do
+  local ok, reason = policy_status(name)
+  available[name], why_not[name] = ok, reason
+  if ok then POLICIES[#POLICIES + 1] = name end
+end
+if not available.default then error("bench: the default policy does not work here: " .. why_not.default, 0) end
+
+-- bare Python is the interpreter the sandbox runs (python3 on the policy's PATH), not whatever
+-- python3 comes first on the caller's PATH (a pyenv shim, a virtualenv)
+local PY
+do
+  local r = corral.run_python("import sys; print(sys.executable)")
+  PY = r and r.ok and r.stdout:match("^(/%S+)\n$") or "/usr/bin/python3"
+end
+local function python_ok(code)
+  local r = spawn_wait(PY, { "-I", "-c", code })
+  return r and r.exit_status == 0
+end
+local have_numpy = python_ok("import numpy")
+if have_numpy then HEAVY_MODULES = HEAVY_MODULES .. ", numpy" end
+local HEAVY = "import " .. HEAVY_MODULES .. "\nprint('ok')"
+
+local function python_version()
+  local f = io.popen(sh_quote(PY) .. " -V 2>&1")
+  local v = f:read("l")
+  f:close()
+  return v
+end
+
+local report = {
+  machine = { cpus = NCPU, python = python_version(), python_path = PY, corral = corral._VERSION,
+              kernel = (function() local f = io.popen("uname -r") local v = f:read("l") f:close() return v end)() },
+  config = { runs = opt.runs, throughput_runs = opt.throughput_runs, serve_seconds = opt.serve_seconds,
+             rss_runs = opt.rss_runs },
+  policies = {}, heavy_modules = HEAVY_MODULES, numpy = have_numpy,
+  latency = {}, throughput = {}, rss = {}, targets = {},
+}
+for _, name in ipairs { "default", "bwrap", "warm" } do
+  report.policies[name] = { available = available[name], reason = why_not[name] }
+end
+
+say("corral bench — %s; %d CPUs; %s (%s); %s", report.machine.corral, NCPU, report.machine.python, PY,
+  os.date("!%Y-%m-%d %H:%M UTC"))
+for _, name in ipairs { "bwrap", "warm" } do
+  if not available[name] then say("%s: not available (%s)", name, why_not[name]) end
+end
+say("heavy imports: %s%s", HEAVY_MODULES, have_numpy and "" or " (numpy is not installed: measured without it)")
+if not unshare then say("unshare --net: not available here (that row is left out)") end
+
+-- corral serve: one server per policy, loopback TCP with a token, driven by wrk ----------------
+
+local tmpdir = assert(core.mkdtemp("/tmp/corral-bench-XXXXXX"))
+local servers = {}
+local serve_reason
+if not opt.only.serve then
+  serve_reason = "not selected (--only)"
+elseif not WRK then
+  serve_reason = "wrk not found (apt-get install wrk)"
+elseif not has_cjson then
+  serve_reason = "lua-cjson not installed"
+end
+
+-- wrk's script: POST the body, check every response, print the counts (and the latencies, in
+-- microseconds, as value-count pairs) in done(). Runs under wrk's LuaJIT.
+local WRK_SCRIPT = [==[
+wrk.method = "POST"
+wrk.body = @BODY@
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer " .. @TOKEN@
+local DUMP = @DUMP@
+local threads = {}
+function setup(thread) threads[#threads + 1] = thread end
+function init() n, bad, first_bad = 0, 0, nil end
+function response(status, headers, body)
+  n = n + 1
+  if status ~= 200 or not body:find('"ok":%s*true') or not body:find('"stdout":%s*"hello\\n"') then
+    bad = bad + 1
+    first_bad = first_bad or (status .. " " .. body:sub(1, 300):gsub("%c", " "))
+  end
+end
+function done(summary, latency)
+  local responses, nbad, first = 0, 0, nil
+  for _, t in ipairs(threads) do
+    responses = responses + t:get("n")
+    nbad = nbad + t:get("bad")
+    first = first or t:get("first_bad")
+  end
+  local e = summary.errors
+  io.write(string.format("bench requests %d duration_us %d responses %d bad %d errors %d\n", summary.requests,
+    summary.duration, responses, nbad, e.connect + e.read + e.write + e.status + e.timeout))
+  if first then io.write("bench first_bad ", first, "\n") end
+  if DUMP then
+    for i = 1, #latency do
+      local v, c = latency(i)
+      io.write(string.format("bench lat %d %d\n", v, c))
+    end
+  end
+end
+]==]
+
+local token
+do
+  local f = assert(io.open("/dev/urandom", "rb"))
+  token = f:read(16):gsub(".", function(c) return fmt("%02x", c:byte()) end)
+  f:close()
+end
+local token_file = tmpdir .. "/token"
+assert(core.write_file(token_file, token .. "\n"))
+
+local function wrk_script(pol, dump)
+  local path = tmpdir .. "/wrk-" .. pol .. (dump and "-lat" or "") .. ".lua"
+  local body = cjson.encode { code = HELLO, policy = pol }
+  local text = WRK_SCRIPT:gsub("@(%u+)@", { BODY = fmt("%q", body), TOKEN = fmt("%q", token), DUMP = tostring(dump) })
+  assert(core.write_file(path, text))
   return path
 end
-local hello_file, heavy_file = code_file(HELLO), code_file(HEAVY)
-local have_unshare = os.execute("unshare --user --map-root-user --net true 2>/dev/null")
-  or os.execute("unshare --net true 2>/dev/null")
-local unshare = os.execute("unshare --net true 2>/dev/null") and "unshare --net"
-  or "unshare --user --map-root-user --net"
 
-local bwrap = policy.load("bwrap")
-local function api(code, pol)
+local function stop_server(s)
+  if s.exit then return end
+  core.kill(s.pid, 15)                      -- SIGTERM: drain, then exit 0
+  local deadline = hrtime() + 10
+  while not s.exit and hrtime() < deadline do sleep(0.02) end
+  if not s.exit then
+    s.proc:kill()
+    while not s.exit do core.run("once") end
+  end
+end
+
+local function start_server(pol)
+  local s = { policy = pol, log = tmpdir .. "/serve-" .. pol .. ".log" }
+  local line = fmt("exec %s bin/corral serve --listen 127.0.0.1:0 --token-file %s --policy %s --concurrency 8 "
+    .. "--drain-seconds 5 2>%s", sh_quote(LUA), sh_quote(token_file), sh_quote(pol), sh_quote(s.log))
+  local proc, err = core.spawn { file = "/bin/sh", args = { "-c", line }, env = ENV,
+                                 on_exit = function(r) s.exit = r end }
+  if not proc then return nil, err end
+  s.proc, s.pid = proc, proc:pid()
+  local deadline = hrtime() + 15
+  while not s.exit and hrtime() < deadline do
+    s.addr = (read_file(s.log) or ""):match("listening address=(%S+)")
+    if s.addr then break end
+    sleep(0.02)
+  end
+  if not s.addr then
+    stop_server(s)
+    local log = (read_file(s.log) or ""):gsub("%s+$", ""):sub(-300)
+    return nil, "the server did not start: " .. (s.exit and exit_text(s.exit) or "no 'listening' line in 15 s")
+      .. (log ~= "" and ("; its log: " .. log) or "")
+  end
+  s.url = "http://" .. s.addr .. "/v1/run"
+  s.script, s.script_lat = wrk_script(pol, false), wrk_script(pol, true)
+  sleep(0.2)
+  s.rss_idle = rss_kb(s.pid)
+  s.lat = {}                                  -- seconds, one per request at concurrency 1
+  s.tp = {}                                   -- conc → {requests, seconds, cpu_s}
+  s.bad, s.requests = 0, 0
+  return s
+end
+
+-- Run wrk against server s for `seconds` with `conns` connections; adds to s's counters.
+-- @return requests, seconds, controller cpu seconds; or nil, message
+local function wrk_run(s, conns, seconds, lat_into)
+  local cpu0 = cpu_s(s.pid)
+  local r, err = spawn_wait(WRK, { "-t1", "-c" .. conns, "-d" .. seconds .. "s", "--timeout", "10s",
+    "-s", lat_into and s.script_lat or s.script, s.url })
+  local cpu1 = cpu_s(s.pid)
+  if not r then return nil, "wrk: " .. tostring(err) end
+  if r.exit_status ~= 0 then return nil, "wrk: " .. exit_text(r) .. " " .. r.stderr:sub(1, 300) end
+  local out = r.stdout
+  local req, dur, bad, errors = out:match("bench requests (%d+) duration_us (%d+) responses %d+ bad (%d+) errors (%d+)")
+  if not req then return nil, "wrk printed no counts: " .. out:sub(1, 300) end
+  req, dur, bad, errors = tonumber(req), tonumber(dur) / 1e6, tonumber(bad), tonumber(errors)
+  s.requests = s.requests + req
+  s.bad = s.bad + bad + errors
+  s.first_bad = s.first_bad or out:match("bench first_bad ([^\n]*)")
+  if errors > 0 and not s.first_bad then s.first_bad = errors .. " socket/status errors" end
+  if lat_into then
+    for v, c in out:gmatch("bench lat (%d+) (%d+)") do
+      for _ = 1, tonumber(c) do lat_into[#lat_into + 1] = tonumber(v) / 1e6 end
+    end
+  end
+  return req - bad, dur, (cpu1 and cpu0) and (cpu1 - cpu0) or 0
+end
+
+local function tp_add(s, conc, good, dur, cpu)
+  local t = s.tp[conc] or { requests = 0, seconds = 0, cpu_s = 0 }
+  s.tp[conc] = t
+  t.requests, t.seconds, t.cpu_s = t.requests + good, t.seconds + dur, t.cpu_s + cpu
+end
+
+local main_ok, main_err = xpcall(function()
+
+if not serve_reason then
+  for _, pol in ipairs { "default", "warm" } do
+    if available[pol] then
+      local s, err = start_server(pol)
+      if s then
+        servers[#servers + 1] = s
+      else
+        say("corral serve --policy %s: not available (%s)", pol, err)
+        why_not["serve_" .. pol] = err
+      end
+    end
+  end
+  for _, s in ipairs(servers) do
+    progress("serve %s: listening on %s; warm-up (wrk -c8, 1 s)", s.policy, s.addr)
+    local ok, err = wrk_run(s, 8, 1)
+    if not ok then error("serve " .. s.policy .. " warm-up: " .. err, 0) end
+    s.rss_warm = rss_kb(s.pid)
+  end
+end
+
+-- 1. Latency -------------------------------------------------------------------------------------
+
+local function proc_case(argv, want)
+  local file, args = argv[1], { table.unpack(argv, 2) }
   return function()
-    local r = assert(corral.run_python(code, { policy = pol }))
-    assert(r.ok, r.stderr)
+    local r, err = spawn_wait(file, args)
+    if not r then return false, err end
+    if r.exit_status ~= 0 then return false, exit_text(r) .. ": " .. r.stderr:sub(1, 200) end
+    if not r.stdout:find(want, 1, true) then return false, "stdout " .. fmt("%q", r.stdout:sub(1, 200)) end
+    return true
   end
 end
-local function cmd(line)
-  return function() assert(os.execute(line .. " >/dev/null 2>&1")) end
-end
-
-local cases = {
-  { "bare python3 -I -c", cmd(PY .. " -I -c " .. sh_quote(HELLO)) },
-  have_unshare and { "unshare --net python3 -I -c", cmd(unshare .. " " .. PY .. " -I -c " .. sh_quote(HELLO)) } or nil,
-  { "corral default (library)", api(HELLO) },
-  { "corral bwrap (library)", api(HELLO, bwrap) },
-  { "corral run --json (CLI)", cmd("lua5.4 bin/corral run --json " .. hello_file) },
-  { "corral run --json --policy bwrap", cmd("lua5.4 bin/corral run --json --policy bwrap " .. hello_file) },
-  { "heavy imports: bare", cmd(PY .. " -I " .. heavy_file) },
-  { "heavy imports: corral default", api(HEAVY) },
-}
-local list = {}
-for i = 1, #cases do if cases[i] then list[#list + 1] = cases[i] end end
-
-local function pct(t, p)
-  local s = {}
-  for i, v in ipairs(t) do s[i] = v end
-  table.sort(s)
-  return s[math.max(1, math.ceil(#s * p))]
-end
-
-for _ = 1, 3 do for _, c in ipairs(list) do c[2]() end end   -- warm-up (caches, the roots file)
-local times = {}
-for i = 1, #list do times[i] = {} end
-for _ = 1, N do
-  for i, c in ipairs(list) do
-    local t0 = core.hrtime()
-    c[2]()
-    times[i][#times[i] + 1] = core.hrtime() - t0
+local function lib_case(code, pol, want)
+  return function()
+    local r, err = corral.run_python(code, { policy = pol })
+    if not r then return false, err end
+    if not r.ok or r.stdout ~= want then
+      return false, "reason " .. tostring(r.reason) .. ", stdout " .. fmt("%q", r.stdout:sub(1, 100))
+        .. ", stderr " .. fmt("%q", r.stderr:sub(1, 200))
+    end
+    return true
   end
 end
 
-local base = pct(times[1], 0.5)
-local heavy_base
-print(string.format("latency, N=%d (ratios to bare python3 -I -c of the same run)", N))
-print(string.format("%-36s %10s %10s %8s", "case", "median ms", "p99 ms", "ratio"))
-for i, c in ipairs(list) do
-  local m = pct(times[i], 0.5)
-  if c[1] == "heavy imports: bare" then heavy_base = m end
-  local ratio = m / base
-  local extra = ""
-  if c[1]:match("^heavy imports: corral") and heavy_base then extra = string.format("  (%.2fx heavy bare)", m / heavy_base) end
-  print(string.format("%-36s %10.2f %10.2f %7.2fx%s", c[1], m * 1000, pct(times[i], 0.99) * 1000, ratio, extra))
+local code_file = tmpdir .. "/hello.py"
+assert(core.write_file(code_file, HELLO))
+local CLI_OK = '"stdout":"hello\\n"'
+
+-- { id, label, fn, group }: group "hello" (ratio to bare) or "heavy" (ratio to bare heavy)
+local cases = {}
+local function add(id, label, fn, group) cases[#cases + 1] = { id = id, label = label, fn = fn, group = group or "hello", t = {}, fails = 0 } end
+if opt.only.latency then
+  add("bare", "bare python3 -I -c", proc_case({ PY, "-I", "-c", HELLO }, "hello\n"))
+  if unshare then
+    local argv = { table.unpack(unshare) }
+    for _, a in ipairs { PY, "-I", "-c", HELLO } do argv[#argv + 1] = a end
+    add("unshare", table.concat(unshare, " "):gsub("^.*/", "") .. " python3 -I -c", proc_case(argv, "hello\n"))
+  end
+  for _, pol in ipairs(POLICIES) do
+    add("lib_" .. pol, "corral " .. pol .. " (library)", lib_case(HELLO, pol, "hello\n"))
+  end
+  for _, pol in ipairs(POLICIES) do
+    add("cli_" .. pol, "corral run --json --policy " .. pol .. " (CLI)",
+      proc_case({ LUA, "bin/corral", "run", "--json", "--policy", pol, code_file }, CLI_OK))
+  end
+  add("heavy_bare", "bare python3 -I", proc_case({ PY, "-I", "-c", HEAVY }, "ok\n"), "heavy")
+  for _, pol in ipairs(POLICIES) do
+    if pol ~= "bwrap" then add("heavy_" .. pol, "corral " .. pol .. " (library)", lib_case(HEAVY, pol, "ok\n"), "heavy") end
+  end
 end
 
--- Throughput through the library at a fixed concurrency: runs/s, the controller's CPU per run.
-local function rss_kb()
-  local f = io.open("/proc/self/status")
-  local kb = f and f:read("a"):match("VmRSS:%s*(%d+)")
-  if f then f:close() end
-  return tonumber(kb) or 0
+local function timed(c)
+  local t0 = hrtime()
+  local ok, err = c.fn()
+  local dt = hrtime() - t0
+  if ok then
+    c.t[#c.t + 1] = dt
+  else
+    c.fails = c.fails + 1
+    c.first_err = c.first_err or err
+  end
 end
-local function throughput(conc, total)
-  local started, done = 0, 0
+
+-- serve at concurrency 1: one wrk step of 1 s per server at SERVE_STEPS rounds spread evenly
+local SERVE_STEPS = #servers > 0 and opt.serve_seconds or 0
+local rounds = #cases > 0 and opt.runs or SERVE_STEPS
+local serve_at = {}
+for i = 1, SERVE_STEPS do
+  local r = math.max(1, (i * rounds) // SERVE_STEPS)
+  serve_at[r] = (serve_at[r] or 0) + 1
+end
+
+if #cases > 0 or SERVE_STEPS > 0 then
+  progress("latency: %d warm-up rounds, then %d rounds of %d cases%s", #cases > 0 and 3 or 0, rounds, #cases,
+    SERVE_STEPS > 0 and fmt(" and %d steps of wrk -c1 1 s per server", SERVE_STEPS) or "")
+  for _ = 1, 3 do for _, c in ipairs(cases) do c.fn() end end
+  for _, s in ipairs(servers) do assert(wrk_run(s, 1, 1)) end
+  local t_start = hrtime()
+  for r = 1, rounds do
+    for _, c in ipairs(cases) do timed(c) end
+    for _ = 1, serve_at[r] or 0 do
+      for k = 1, #servers do
+        -- alternate which server goes first
+        local s = servers[(r + k) % #servers + 1]
+        local good, dur, cpu = wrk_run(s, 1, 1, s.lat)
+        if not good then error("serve " .. s.policy .. ": " .. dur, 0) end
+        tp_add(s, 1, good, dur, cpu)
+      end
+    end
+    if r % 25 == 0 then progress("  round %d of %d (%.0f s)", r, rounds, hrtime() - t_start) end
+  end
+end
+
+local stats = {}
+for _, c in ipairs(cases) do stats[c.id] = summary(c.t) end
+for _, s in ipairs(servers) do stats["serve_" .. s.policy] = summary(s.lat) end
+local bare = stats.bare and stats.bare.median
+local heavy_bare = stats.heavy_bare and stats.heavy_bare.median
+
+local function lat_row(id, label, st, base, fails, first_err, note)
+  if not st then
+    say("%-44s %s", label, fails and fails > 0 and fmt("every run failed (%d): %s", fails, tostring(first_err)) or "-")
+    return
+  end
+  local ratio = base and st.median / base
+  say("%-44s %5d %9.2f %9.2f %8s%s%s", label, st.n, st.median * 1000, st.p99 * 1000,
+    ratio and fmt("%.2fx", ratio) or "-", note or "",
+    (fails and fails > 0) and fmt("  (%d FAILED: %s)", fails, tostring(first_err)) or "")
+  report.latency[id] = { label = label, n = st.n, median_ms = st.median * 1000, p99_ms = st.p99 * 1000,
+                         ratio = ratio, failed = fails or 0, first_error = first_err }
+end
+
+if #cases > 0 or #servers > 0 then
+  say("")
+  say("latency of print('hello'): %d interleaved rounds after 3 warm-up rounds; ratio = median / bare median",
+    #cases > 0 and rounds or 0)
+  say("%-44s %5s %9s %9s %8s", "case", "n", "median ms", "p99 ms", "ratio")
+  for _, c in ipairs(cases) do
+    if c.group == "hello" then lat_row(c.id, c.label, stats[c.id], bare, c.fails, c.first_err) end
+  end
+  for _, s in ipairs(servers) do
+    lat_row("serve_" .. s.policy, "corral serve --policy " .. s.policy .. " (HTTP, wrk -c1)", stats["serve_" .. s.policy],
+      bare, s.bad, s.first_bad)
+  end
+  if serve_reason then say("%-44s not measured: %s", "corral serve", serve_reason) end
+  if #cases > 0 then
+    say("heavy imports (import %s); ratio = median / bare heavy median", HEAVY_MODULES)
+    for _, c in ipairs(cases) do
+      if c.group == "heavy" then
+        local note
+        if c.id == "heavy_warm" and stats.heavy_default and stats.heavy_warm then
+          note = fmt("  (warm %.1fx faster than default)", stats.heavy_default.median / stats.heavy_warm.median)
+        end
+        lat_row(c.id, c.label, stats[c.id], heavy_bare, c.fails, c.first_err, note)
+      end
+    end
+  end
+end
+
+-- 2. Throughput ----------------------------------------------------------------------------------
+
+-- `total` runs of print('hello') through the library at `conc`; wall seconds, controller CPU
+-- seconds, failures and the first failure's text
+local function lib_chunk(pol, conc, total)
+  local started, done, fails, first = 0, 0, 0, nil
   local function next_run()
     if started >= total then return end
     started = started + 1
-    assert(corral.start(HELLO, {}, function(r)
-      assert(r and r.ok)
+    local p, err = corral.start(HELLO, { policy = pol }, function(r, e)
       done = done + 1
+      if not r or not r.ok or r.stdout ~= "hello\n" then
+        fails = fails + 1
+        first = first or (r and ("reason " .. tostring(r.reason) .. " " .. r.stderr:sub(1, 200)) or tostring(e))
+      end
       next_run()
-    end))
+    end)
+    if not p then
+      done, fails = done + 1, fails + 1
+      first = first or tostring(err)
+      next_run()
+    end
   end
-  local ru0 = core.rusage()       -- this process only: the controller's own CPU
-  local t0 = core.hrtime()
+  local cpu0, t0 = self_cpu_s(), hrtime()
   for _ = 1, conc do next_run() end
   while done < total do core.run("once") end
-  local wall = core.hrtime() - t0
-  local ru1 = core.rusage()
-  local cpu = (ru1.user_s + ru1.sys_s) - (ru0.user_s + ru0.sys_s)
-  return total / wall, cpu / total
+  return hrtime() - t0, self_cpu_s() - cpu0, fails, first
 end
 
-print("")
-print("throughput through the library (print('hello'), default policy)")
-print(string.format("%-16s %10s %14s %18s", "concurrency", "runs/s", "vs conc. 1", "controller CPU/run"))
-local one
-for _, conc in ipairs({ 1, 2, 8 }) do
-  local rate, cpu = throughput(conc, math.max(20, N))
-  one = one or rate
-  print(string.format("%-16d %10.1f %13.2fx %15.2f ms", conc, rate, rate / one, cpu * 1000))
+local CONCS = { 1, 2, 8 }
+local tp_rows = {}
+if opt.only.throughput then
+  local ROUNDS = 3
+  local configs = {}
+  for _, pol in ipairs(POLICIES) do
+    for _, conc in ipairs(CONCS) do
+      configs[#configs + 1] = { pol = pol, conc = conc, chunk = math.max(conc * 4, -(-opt.throughput_runs // ROUNDS)),
+                                runs = 0, wall = 0, cpu = 0, fails = 0 }
+    end
+  end
+  progress("throughput (library): warm-up, then %d interleaved rounds of %d configurations", ROUNDS, #configs)
+  for _, c in ipairs(configs) do lib_chunk(c.pol, c.conc, c.conc * 3) end
+  for _ = 1, ROUNDS do
+    for _, c in ipairs(configs) do
+      local wall, cpu, fails, first = lib_chunk(c.pol, c.conc, c.chunk)
+      c.runs, c.wall, c.cpu = c.runs + c.chunk - fails, c.wall + wall, c.cpu + cpu
+      c.fails, c.first = c.fails + fails, c.first or first
+    end
+  end
+  for _, c in ipairs(configs) do
+    tp_rows[#tp_rows + 1] = { path = "library", policy = c.pol, conc = c.conc, runs = c.runs, rate = c.runs / c.wall,
+                              cpu_ms = c.cpu / (c.runs + c.fails) * 1000, failed = c.fails, first_error = c.first }
+  end
 end
-collectgarbage("collect")
-print(string.format("controller RSS after the benchmark: %d KB", rss_kb()))
-os.remove(hello_file)
-os.remove(heavy_file)
+
+if #servers > 0 then
+  -- concurrency 1 came from the latency steps; 2 and 8 here, in interleaved steps of 2 s or less
+  local steps = math.max(1, opt.serve_seconds // 2)
+  local step_s = math.max(1, opt.serve_seconds // steps)
+  progress("throughput (serve): %d interleaved rounds of wrk -c2 and -c8, %d s each, per server", steps, step_s)
+  for _ = 1, steps do
+    for _, conc in ipairs { 2, 8 } do
+      for _, s in ipairs(servers) do
+        local good, dur, cpu = wrk_run(s, conc, step_s)
+        if not good then error("serve " .. s.policy .. ": " .. dur, 0) end
+        tp_add(s, conc, good, dur, cpu)
+      end
+    end
+  end
+  for _, s in ipairs(servers) do
+    s.rss_end = rss_kb(s.pid)
+    for _, conc in ipairs(CONCS) do
+      local t = s.tp[conc]
+      if t and t.seconds > 0 then
+        tp_rows[#tp_rows + 1] = { path = "serve", policy = s.policy, conc = conc, runs = t.requests,
+                                  rate = t.requests / t.seconds, cpu_ms = t.cpu_s / math.max(1, t.requests) * 1000,
+                                  failed = s.bad, first_error = s.first_bad }
+      end
+    end
+  end
+  for _, s in ipairs(servers) do stop_server(s) end
+end
+
+if #tp_rows > 0 then
+  say("")
+  say("throughput of print('hello'): runs/s; controller CPU = user+sys of the controller process per run")
+  say("%-8s %-8s %5s %7s %9s %10s %12s", "path", "policy", "conc", "runs", "runs/s", "vs conc 1", "ctl CPU/run")
+  local one = {}
+  for _, r in ipairs(tp_rows) do
+    local key = r.path .. ":" .. r.policy
+    if r.conc == 1 then one[key] = r.rate end
+    r.vs_1 = one[key] and r.rate / one[key]
+    say("%-8s %-8s %5d %7d %9.1f %10s %9.2f ms%s", r.path, r.policy, r.conc, r.runs, r.rate,
+      r.vs_1 and fmt("%.2fx", r.vs_1) or "-", r.cpu_ms,
+      r.failed > 0 and fmt("  (%d FAILED: %s)", r.failed, tostring(r.first_error)) or "")
+    report.throughput[#report.throughput + 1] = r
+  end
+  if #servers > 0 then
+    say("serve: every response checked (HTTP 200, ok == true, stdout == \"hello\\n\"); %s",
+      (function()
+        local parts = {}
+        for _, s in ipairs(servers) do parts[#parts + 1] = fmt("%s: %d requests, %d bad", s.policy, s.requests, s.bad) end
+        return table.concat(parts, "; ")
+      end)())
+  end
+end
+
+-- 3. Controller RSS -------------------------------------------------------------------------------
+
+say("")
+say("controller RSS (VmRSS of the controller process; its children are not counted)")
+say("  library controller (this process) at idle, before any run: %s", mb(LIB_IDLE_RSS))
+report.rss.library_idle_kb = LIB_IDLE_RSS
+report.rss.serve = {}
+for _, s in ipairs(servers) do
+  say("  corral serve --policy %-8s %s at idle, %s after warm-up, %s after %d requests", s.policy, mb(s.rss_idle),
+    mb(s.rss_warm), mb(s.rss_end), s.requests)
+  report.rss.serve[s.policy] = { idle_kb = s.rss_idle, warm_kb = s.rss_warm, end_kb = s.rss_end, requests = s.requests }
+end
+
+if opt.only.rss then
+  local RUNS, CONC = opt.rss_runs, 8
+  local pols = { "default" }
+  if available.warm then pols[2] = "warm" end
+  local every = RUNS >= 5000 and 1000 or math.max(1, RUNS // 5)
+  local warmup = math.max(1, math.min(200, RUNS // 5))
+  progress("RSS series: %d warm-up runs, then %d runs at concurrency %d (%s)", warmup, RUNS, CONC, table.concat(pols, "+"))
+  settle()
+  local rss_start = rss_kb()
+  local total = warmup + RUNS
+  local started, done, fails, first = 0, 0, 0, nil
+  local function next_run()
+    if started >= total then return end
+    started = started + 1
+    local pol = pols[started % #pols + 1]
+    local p, err = corral.start(HELLO, { policy = pol }, function(r, e)
+      done = done + 1
+      if not r or not r.ok or r.stdout ~= "hello\n" then
+        fails = fails + 1
+        first = first or (pol .. ": " .. (r and ("reason " .. tostring(r.reason)) or tostring(e)))
+      end
+      next_run()
+    end)
+    if not p then
+      done, fails = done + 1, fails + 1
+      first = first or tostring(err)
+      next_run()
+    end
+  end
+  local marks, rss_warm, t0, cpu0 = {}, nil, nil, nil
+  local next_mark = every
+  for _ = 1, CONC do next_run() end
+  while done < total do
+    core.run("once")
+    if not rss_warm and done >= warmup then
+      settle()
+      rss_warm, t0, cpu0 = rss_kb(), hrtime(), self_cpu_s()
+    end
+    if rss_warm and done - warmup >= next_mark then
+      settle()
+      marks[#marks + 1] = { runs = next_mark, kb = rss_kb() }
+      next_mark = next_mark + every
+    end
+  end
+  local wall, cpu = hrtime() - t0, self_cpu_s() - cpu0
+  settle()
+  local lo, hi, dev = rss_warm, rss_warm, 0
+  for _, m in ipairs(marks) do
+    lo, hi = math.min(lo, m.kb), math.max(hi, m.kb)
+    dev = math.max(dev, math.abs(m.kb - rss_warm))
+  end
+  say("  series through the library, %d runs at concurrency %d, policy %s (after a full GC each):",
+    RUNS, CONC, table.concat(pols, " and ", 1) .. (#pols > 1 and " alternating" or ""))
+  local parts = { fmt("start %s", mb(rss_start)), fmt("after %d warm-up runs %s", warmup, mb(rss_warm)) }
+  for _, m in ipairs(marks) do parts[#parts + 1] = fmt("+%d runs %s", m.runs, mb(m.kb)) end
+  for i = 1, #parts, 6 do say("    %s", table.concat(parts, " | ", i, math.min(#parts, i + 5))) end
+  say("    spread after warm-up: max-min %d KB, largest departure from the warm-up value %d KB; "
+    .. "%.0f runs/s, controller CPU %.2f ms/run%s", hi - lo, dev, RUNS / wall, cpu / RUNS * 1000,
+    fails > 0 and fmt("; %d FAILED: %s", fails, tostring(first)) or "")
+  report.rss.series = { runs = RUNS, concurrency = CONC, policies = pols, start_kb = rss_start, warmup_runs = warmup,
+                        warm_kb = rss_warm, marks = marks, spread_kb = hi - lo, max_departure_kb = dev,
+                        rate = RUNS / wall, cpu_ms = cpu / RUNS * 1000, failed = fails, first_error = first }
+end
+
+-- 4. Targets --------------------------------------------------------------------------------------
+
+local function tp(path, pol, conc)
+  for _, r in ipairs(tp_rows) do
+    if r.path == path and r.policy == pol and r.conc == conc then return r end
+  end
+end
+local function failed_any(...)
+  for _, id in ipairs { ... } do
+    local l = report.latency[id]
+    if l and l.failed > 0 then return true end
+  end
+  return false
+end
+
+say("")
+say("targets (issue 5), from this run's figures")
+local function target(name, value, pass, note)
+  local status = pass == nil and "n/a" or (pass and "PASS" or "MISS")
+  say("  %-58s %-20s %-4s%s", name, value or "not measured", status, note and ("  " .. note) or "")
+  report.targets[#report.targets + 1] = { target = name, value = value, status = status, note = note }
+end
+local warm_note = not available.warm and "warm not available (see above)" or nil
+
+do
+  local d = stats.lib_default
+  local r = d and bare and d.median / bare
+  target("default median <= 1.10x bare", r and fmt("%.2fx", r), r and r <= 1.10 and not failed_any("lib_default", "bare"))
+end
+do
+  local c1, c2 = tp("library", "default", 1), tp("library", "default", 2)
+  local r = c1 and c2 and c2.rate / c1.rate
+  target("throughput at conc 2 >= 1.7x conc 1 (library, default)", r and fmt("%.2fx", r), r and r >= 1.7 and c1.failed + c2.failed == 0)
+  local s1, s2 = tp("serve", "default", 1), tp("serve", "default", 2)
+  local rs = s1 and s2 and s2.rate / s1.rate
+  if rs then target("throughput at conc 2 >= 1.7x conc 1 (serve, default)", fmt("%.2fx", rs), rs >= 1.7 and s1.failed == 0) end
+end
+do
+  local w = stats.serve_warm
+  local r = w and bare and w.median / bare
+  target("warm median through corral serve <= 0.15x bare", r and fmt("%.2fx (%.2f ms)", r, w.median * 1000),
+    r and r <= 0.15 and not failed_any("serve_warm", "bare"), warm_note or (not w and serve_reason) or nil)
+end
+do
+  local r = tp("serve", "warm", 8)
+  target("warm >= 600 runs/s at conc 8 on 2 cores (serve)", r and fmt("%.0f runs/s", r.rate), r and r.rate >= 600 and r.failed == 0,
+    warm_note or (not r and serve_reason) or (NCPU ~= 2 and fmt("this machine has %d CPUs", NCPU)) or nil)
+  local l = tp("library", "warm", 8)
+  if l then target("warm >= 600 runs/s at conc 8 on 2 cores (library)", fmt("%.0f runs/s", l.rate), l.rate >= 600 and l.failed == 0) end
+end
+do
+  local d, w = stats.heavy_default, stats.heavy_warm
+  local r = d and w and d.median / w.median
+  target("heavy imports: warm >= 10x faster than default", r and fmt("%.1fx", r), r and r >= 10 and not failed_any("heavy_default", "heavy_warm"),
+    warm_note)
+end
+do
+  local worst, who = nil, nil
+  for _, s in ipairs(servers) do
+    if s.rss_idle and (not worst or s.rss_idle > worst) then worst, who = s.rss_idle, s.policy end
+  end
+  if worst then
+    target("controller RSS at idle < 15 MB (corral serve)", fmt("%s (%s)", mb(worst), who), worst < 15 * 1024)
+  end
+  target("controller RSS at idle < 15 MB (library controller)", mb(LIB_IDLE_RSS), LIB_IDLE_RSS and LIB_IDLE_RSS < 15 * 1024,
+    "the bench process itself, before any run")
+end
+do
+  local s = report.rss.series
+  local note
+  if s and s.runs < 10000 then note = fmt("%d runs, not 10,000: make bench-rss for the full series", s.runs) end
+  target("controller RSS flat (+-2 MB) across 10,000 runs", s and fmt("%+d KB max", s.max_departure_kb),
+    s and s.max_departure_kb <= 2048 and s.failed == 0, note)
+end
+
+end, debug.traceback)
+
+-- Cleanup, JSON ------------------------------------------------------------------------------------
+
+for _, s in ipairs(servers) do pcall(stop_server, s) end
+core.rmtree(tmpdir)
+if not main_ok then
+  io.stderr:write("bench: ", tostring(main_err), "\n")
+  os.exit(1, true)
+end
+if opt.json then
+  if not has_cjson then
+    io.stderr:write("bench: --json needs lua-cjson\n")
+    os.exit(1, true)
+  end
+  local f = assert(io.open(opt.json, "w"))
+  f:write(cjson.encode(report), "\n")
+  f:close()
+  say("")
+  say("figures written to %s", opt.json)
+end
+os.exit(0, true)
