@@ -1,6 +1,7 @@
 # corral — build, test, install.
-# Honours CC CFLAGS LDFLAGS PREFIX DESTDIR; finds Lua 5.4, libuv and libseccomp with pkg-config;
-# http-parser (no .pc file in Debian) is linked as -lhttp_parser.
+# Honours CC CFLAGS LDFLAGS PREFIX DESTDIR; finds Lua 5.4, libuv, libseccomp and the embeddable
+# libpython3.11 (corral-zygote only) with pkg-config; http-parser (no .pc file in Debian) is
+# linked as -lhttp_parser.
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -23,15 +24,22 @@ UV_LIBS    := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null)
 # the launcher's seccomp filter (csrc/launch/seccomp.c)
 SECCOMP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libseccomp 2>/dev/null)
 SECCOMP_LIBS   := $(or $(shell $(PKG_CONFIG) --libs libseccomp 2>/dev/null),-lseccomp)
+# corral-zygote embeds the interpreter (python-3.11-embed.pc from libpython3.11-dev); its headers
+# as system headers, so that the warnings above apply to our code only. corral-launch must not
+# link it: its exec cost is on every run.
+PY_PC      ?= python-3.11-embed
+PY_CFLAGS  := $(patsubst -I%,-isystem %,$(shell $(PKG_CONFIG) --cflags $(PY_PC) 2>/dev/null))
+PY_LIBS    := $(or $(shell $(PKG_CONFIG) --libs $(PY_PC) 2>/dev/null),-lpython3.11)
 # the host module's HTTP server (csrc/core/http.c): nodejs http-parser 2.9
 HTTP_PARSER_CFLAGS ?=
 HTTP_PARSER_LIBS   ?= -lhttp_parser
 
 # Debian packages each target needs; installed when run as root, printed otherwise.
-BUILD_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libuv1-dev libseccomp-dev libhttp-parser-dev
+BUILD_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libuv1-dev libseccomp-dev libhttp-parser-dev \
+	libpython3.11-dev
 TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind lua-check \
 	curl nginx libnginx-mod-http-lua lua-resty-core python3-yaml shellcheck wrk
-RUN_PKGS   := $(BUILD_PKGS) libseccomp2 libhttp-parser2.9 lua-cjson python3 bubblewrap
+RUN_PKGS   := $(BUILD_PKGS) libseccomp2 libhttp-parser2.9 libpython3.11 lua-cjson python3 bubblewrap
 # libFuzzer: clang (Debian 12: clang-14) and its runtime libclang_rt.fuzzer (libclang-rt-14-dev)
 FUZZ_PKGS  := $(BUILD_PKGS) clang libclang-rt-14-dev
 
@@ -39,18 +47,26 @@ LAUNCH_SRC := $(wildcard csrc/launch/*.c)
 LAUNCH_HDR := $(wildcard csrc/launch/*.h)
 CORE_SRC   := $(wildcard csrc/core/*.c)
 CORE_HDR   := $(wildcard csrc/core/*.h)
+# the zygote: the launcher's files but its main.c, and its own
+ZYGOTE_SRC := $(filter-out csrc/launch/main.c,$(LAUNCH_SRC)) $(wildcard csrc/zygote/*.c)
+ZYGOTE_HDR := $(LAUNCH_HDR) $(wildcard csrc/zygote/*.h)
 
 LAUNCHER := csrc/corral-launch
+ZYGOTE   := csrc/corral-zygote
 CORE_SO  := csrc/corral/core.so
 
-.PHONY: all test run install clean bench bench-rss soak loadtest deps-build deps-test deps-run deps-fuzz asan fuzz \
-	fuzz-build fuzz-replay replay-build
+.PHONY: all test run install clean bench bench-rss bench-zygote soak loadtest deps-build deps-test deps-run \
+	deps-fuzz asan fuzz fuzz-build fuzz-replay replay-build
 
-all: $(LAUNCHER) $(CORE_SO)
+all: $(LAUNCHER) $(ZYGOTE) $(CORE_SO)
 
 $(LAUNCHER): $(LAUNCH_SRC) $(LAUNCH_HDR)
 	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) -o $@ $(LAUNCH_SRC) $(LDFLAGS) \
 		$(SECCOMP_LIBS)
+
+$(ZYGOTE): $(ZYGOTE_SRC) $(ZYGOTE_HDR)
+	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) $(PY_CFLAGS) -o $@ $(ZYGOTE_SRC) \
+		$(LDFLAGS) $(SECCOMP_LIBS) $(PY_LIBS)
 
 $(CORE_SO): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p csrc/corral
@@ -155,6 +171,7 @@ install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(LUADIR)/corral \
 		$(DESTDIR)$(LIBDIR)/corral $(DESTDIR)$(DATADIR)/policies
 	install -m 0755 $(LAUNCHER) $(DESTDIR)$(LIBEXECDIR)/corral-launch
+	install -m 0755 $(ZYGOTE) $(DESTDIR)$(LIBEXECDIR)/corral-zygote
 	install -m 0755 $(CORE_SO) $(DESTDIR)$(LIBDIR)/corral/core.so
 	install -m 0644 lua/corral/*.lua $(DESTDIR)$(LUADIR)/corral/
 	install -m 0644 policies/*.lua $(DESTDIR)$(DATADIR)/policies/
@@ -166,7 +183,7 @@ install: all
 	chmod 0755 $(DESTDIR)$(BINDIR)/corral
 
 clean:
-	rm -f $(LAUNCHER) $(CORE_SO)
+	rm -f $(LAUNCHER) $(ZYGOTE) $(CORE_SO)
 	rm -rf build
 
 # bench/bench.lua: bare Python against corral (default, bwrap, warm when present) through the
@@ -187,6 +204,10 @@ bench-rss: all
 	$(LUA) bench/bench.lua --only rss \
 		--rss-runs $(if $(filter command line environment,$(origin RSS_RUNS)),$(RSS_RUNS),10000) \
 		$(if $(BENCH_JSON),--json $(BENCH_JSON))
+
+# a warm run of corral-zygote (the default policy's plan) against bare python3, interleaved
+bench-zygote: all
+	$(LUA) bench/zygote.lua 200
 
 # wrk against corral serve on loopback for 30 s at 64 connections: requests/s, p50/p99, rejects,
 # controller RSS, processes left.

@@ -20,6 +20,7 @@ external_dependencies = {
   LIBUV = { header = "uv.h" },
   LIBSECCOMP = { header = "seccomp.h", library = "seccomp" },   -- the launcher's seccomp filter
   HTTP_PARSER = { header = "http_parser.h", library = "http_parser" }, -- core.http_listen
+  PYTHON = { header = "python3.11/Python.h", library = "python3.11" },  -- corral-zygote embeds it
 }
 build = {
   type = "make",
@@ -32,6 +33,8 @@ build = {
     SECCOMP_LIBS = "-L$(LIBSECCOMP_LIBDIR) -lseccomp",
     HTTP_PARSER_CFLAGS = "-I$(HTTP_PARSER_INCDIR)",
     HTTP_PARSER_LIBS = "-L$(HTTP_PARSER_LIBDIR) -lhttp_parser",
+    PY_CFLAGS = "-isystem $(PYTHON_INCDIR)/python3.11",
+    PY_LIBS = "-L$(PYTHON_LIBDIR) -lpython3.11",
   },
   install_variables = {
     PREFIX = "$(PREFIX)",

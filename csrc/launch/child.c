@@ -39,6 +39,11 @@ static NORETURN void die(int errfd, enum what w, int err)
 	_exit(EXIT_SETUP);
 }
 
+NORETURN void child_die(int errfd, enum what w, int err)
+{
+	die(errfd, w, err);
+}
+
 /* ---- steps ---- */
 
 static int step_die_with_parent(pid_t parent)
@@ -283,6 +288,8 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	step_signals();
 	if (seccomp_apply(p) != 0)              /* last: nothing of ours is filtered */
 		die(errfd, W_SECCOMP, errno);
+	if (L->run_program)
+		L->run_program(L, errfd);       /* corral-zygote: the warm interpreter runs it */
 	execve(p->program, p->args, p->env);
 	die(errfd, W_EXEC, errno);
 }

@@ -1,6 +1,7 @@
 /* launch.h: private header joining the launcher's files.
  *
- *   main.c       the flat list of the launcher's own steps
+ *   main.c       corral-launch: the command line, the inherited fds
+ *   run.c        the flat list of the launcher's steps for a run (shared with corral-zygote)
  *   plan.c       command line -> struct plan (pure)
  *   report.c     report lines (async-signal-safe), errno names, actionable messages
  *   ns.c         unshare, user namespace id maps
@@ -69,6 +70,17 @@ enum what {
 	W_COUNT
 };
 
+/* What corral-zygote made once for all its runs, before any of them (ns_apply_shared): each run
+ * is already in these namespaces, and ns_apply() reports them as if it had made them. */
+struct ns_shared {
+	uid_t euid;             /* before the namespaces */
+	gid_t egid;
+	int userns;             /* 1: a user namespace was made */
+	int net_got;            /* 1: a network namespace was made */
+	int net_direct_err;     /* why it was refused without a user namespace (0: not) ... */
+	int net_user_err;       /* ... and with one */
+};
+
 /* Shared state of the launcher, filled by its steps. */
 struct launch {
 	const struct plan *plan;
@@ -78,6 +90,13 @@ struct launch {
 	int userns;             /* 1: a user namespace was made */
 	int netns;              /* 1: a network namespace was made */
 	int pidns;              /* 1: a PID namespace was made: fork an init */
+	/* Set by the caller of launch_run(): */
+	pid_t parent;           /* the pid getppid() must be (0: not checked) */
+	const struct ns_shared *shared;         /* corral-zygote: namespaces made once, or NULL */
+	int seccomp_ready;      /* corral-zygote: the filter was prepared before A was forked */
+	/* corral-zygote: what C does instead of execve (child.c), with the pipe to its supervisor
+	 * (child_die); NULL: execve */
+	void (*run_program)(const struct launch *L, int errfd) __attribute__((noreturn));
 };
 
 /* ---- report.c: every function here is async-signal-safe ---- */
@@ -112,9 +131,20 @@ const char *errno_name(int err);                /* NULL when unknown */
 const char *explain(enum what w, int err);      /* never NULL */
 const char *what_step(enum what w);             /* the STEP of a fatal line */
 
+/* ---- run.c ---- */
+
+/* The steps of one run after the command line (run.c): sets L->plan and exits as the program did.
+ * The caller zeroes L and sets its parent, shared, seccomp_ready and run_program. */
+NORETURN void launch_run(struct launch *L, struct plan *plan);
+/* close_range(from, to) (to -1: no end), with a /proc/self/fd loop before Linux 5.9. */
+void close_fds(int from, int to);
+
 /* ---- ns.c ---- */
 
 int ns_apply(struct launch *L);                 /* 0, or -1 after a fatal line */
+/* corral-zygote at start-up: the network namespace of the plan (with the user namespace it needs),
+ * once for all runs, and its report lines. 0, or -1 after a fatal line (--net require). */
+int ns_apply_shared(struct launch *L, struct ns_shared *s);
 
 /* ---- mounts.c ---- */
 
@@ -142,6 +172,8 @@ struct child_msg {
 
 /* parent: the supervisor's getpid() before fork; errfd: write end of the pipe. */
 NORETURN void child_run(const struct launch *L, pid_t parent, int errfd);
+/* C's failure: {MSG_FATAL, w, err} to the supervisor (the fatal line), and the exit code. */
+NORETURN void child_die(int errfd, enum what w, int err);
 
 /* ---- landlock.c: in C, called by child_run() ---- */
 
@@ -167,6 +199,10 @@ int landlock_abi(void);
 /* ---- seccomp.c ---- */
 
 void seccomp_prepare(const struct launch *L);     /* in A, before any fork: builds the filter */
+/* corral-zygote keeps the filters it built: what seccomp_prepare() left, copied out and back. */
+size_t seccomp_state_size(void);
+void seccomp_state_save(void *buf);
+void seccomp_state_load(const void *buf);
 int seccomp_apply(const struct plan *p);        /* in C, last before execve: loads it and
 						 * reports; -1 with errno: fatal (require) */
 int seccomp_probe(void);                        /* in a forked child: 0 or an errno */

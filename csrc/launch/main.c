@@ -1,7 +1,8 @@
 /* corral-launch: applies a confinement plan inside a new process, runs the program, reports.
  *
- * The contract is docs/internals.md, section "corral-launch". main() is the flat list of the
- * launcher's steps, in order; the program's own steps are in child.c (child_run).
+ * The contract is docs/internals.md, section "corral-launch". main() parses the command line and
+ * closes the inherited fds; the steps of the run itself are the flat list of launch_run() (run.c,
+ * shared with corral-zygote), the program's own steps are in child.c (child_run).
  */
 #include "launch.h"
 
@@ -9,10 +10,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <dirent.h>
-#include <stdlib.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 static NORETURN void usage_error(const char *what)
@@ -46,33 +44,6 @@ static void step_not_dumpable(void)
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);     /* cannot fail with these arguments */
 }
 
-static void close_range_loop(int from, int to_or_neg)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-
-	if (!d)
-		return;
-	while ((e = readdir(d)) != NULL) {
-		int fd = atoi(e->d_name);
-
-		if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && fd >= from &&
-		    (to_or_neg < 0 || fd <= to_or_neg) && fd != dirfd(d))
-			close(fd);
-	}
-	closedir(d);
-}
-
-/* close_range(from, to) (to -1: no end), with a /proc/self/fd loop before Linux 5.9. */
-static void close_fds(int from, int to)
-{
-#ifdef SYS_close_range
-	if (syscall(SYS_close_range, (unsigned)from, to < 0 ? ~0U : (unsigned)to, 0U) == 0)
-		return;
-#endif
-	close_range_loop(from, to);
-}
-
 /* 0b. Every inherited fd but 0-2 and the report fd is closed: whatever the host leaked into
  * the launcher reaches neither the program nor anything that could get at the launcher. */
 static void step_close_inherited(int report_fd)
@@ -82,39 +53,10 @@ static void step_close_inherited(int report_fd)
 	close_fds(report_fd >= 3 ? report_fd + 1 : 3, -1);
 }
 
-/* 1. A new session and process group, so the host can kill the group. */
-static int step_session(void)
-{
-	if (setsid() >= 0 || getsid(0) == getpid()) {
-		report_applied("session");
-		return 0;
-	}
-	/* A process-group leader cannot make a session; the PID namespace or the subreaper still
-	 * contain the tree. */
-	report_refused("session", errno, explain(W_SESSION, errno));
-	return 0;
-}
-
-/* 2. Die with the host; with --parent-pid, make sure the host did not die before the prctl. */
-static int step_die_with_parent(const struct plan *p)
-{
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
-		report_fatal(W_DEATHSIG, errno, NULL);
-		return -1;
-	}
-	if (p->parent_pid && getppid() != p->parent_pid) {
-		report_fatal(W_PARENT, ESRCH, NULL);
-		return -1;
-	}
-	report_applied("die-with-parent");
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	struct plan plan;
 	struct launch L;
-	struct outcome out;
 	char err[256];
 
 	step_not_dumpable();                    /* 0a. */
@@ -146,24 +88,6 @@ int main(int argc, char **argv)
 	step_close_inherited(plan.report_fd);   /* 0b. */
 
 	memset(&L, 0, sizeof L);
-	L.plan = &plan;
-	L.sigfd = -1;
-	report_set_fd(plan.report_fd);
-	report_header();
-
-	if (supervise_prepare(&L) != 0 ||       /* signals: blocked, read from a signalfd */
-	    step_session() != 0 ||              /* 1. setsid */
-	    step_die_with_parent(&plan) != 0 || /* 2. PR_SET_PDEATHSIG, --parent-pid */
-	    budget_prepare(&L) != 0 ||          /* 2b. budgets: the run cgroup (budget.c) */
-	    ns_apply(&L) != 0) {                /* 3. namespaces */
-		budget_cleanup();
-		plan_free(&plan);
-		_exit(EXIT_SETUP);
-	}
-	seccomp_prepare(&L);                 /* the filter C loads last (seccomp.c) */
-	supervise_run(&L, &out);                /* 4. init or subreaper; 5. in child_run() */
-	if (L.sigfd >= 0)
-		close(L.sigfd);
-	plan_free(&plan);
-	outcome_exit(&out);                     /* 6. exit as the program did */
+	L.parent = plan.parent_pid;
+	launch_run(&L, &plan);                 /* 1.-6. (run.c) */
 }

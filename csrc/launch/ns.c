@@ -10,6 +10,10 @@
  * maps the launcher's ids and the program's (0 0 1 and U U 1) and leaves setgroups allowed, so
  * the program child can drop its groups and take U:G inside: a process cannot write such a map
  * for its own new namespace.
+ *
+ * corral-zygote makes the network namespace (and the user namespace it needs) once, at start-up
+ * (ns_apply_shared), and each of its runs only the PID, mount and IPC namespaces, inside them;
+ * ns_apply() then reports the shared ones exactly as if it had made them.
  */
 #include "launch.h"
 
@@ -289,61 +293,91 @@ static void refuse_mounts(const struct plan *p, const struct attempt *pid)
 			      "was refused");
 }
 
+/* The user and network namespace lines, in this order; -1 after the fatal line of --net require.
+ * user_err: why --userns always got no user namespace. */
+static int report_user_net(const struct launch *L, const struct attempt *net, int user_err)
+{
+	const struct plan *p = L->plan;
+
+	if (L->userns)
+		report_applied("user-namespace");
+	else if (p->userns == PLAN_USERNS_ALWAYS)
+		report_refused("user-namespace", user_err, explain(W_USERNS, user_err));
+	if (p->net != PLAN_NET_HOST) {
+		if (net->got) {
+			report_applied("no-network");
+		} else if (p->net == PLAN_NET_REQUIRE) {
+			report_fatal(W_NETNS, net->direct_err ? net->direct_err : net->user_err, NULL);
+			return -1;
+		} else {
+			report_refusal(L, net, W_NETNS);
+		}
+	}
+	return 0;
+}
+
 int ns_apply(struct launch *L)
 {
 	const struct plan *p = L->plan;
+	const struct ns_shared *s = L->shared;
 	struct attempt all = { 0 }, pid = { 0 }, net = { 0 };
 	int r;
 
-	L->euid = geteuid();
-	L->egid = getegid();
-	if (p->net != PLAN_NET_HOST)
+	L->euid = s ? s->euid : geteuid();
+	L->egid = s ? s->egid : getegid();
+	if (s) {
+		/* corral-zygote: this run is already in the network namespace (and the user namespace
+		 * it needed) that the zygote made once; only the PID namespace is made here. */
+		L->userns = s->userns;
+		net.got = s->net_got;
+		net.direct_err = s->net_direct_err;
+		net.user_err = s->net_user_err;
+	} else if (p->net != PLAN_NET_HOST) {
 		all.flags |= CLONE_NEWNET;
+	}
 	/* The IPC namespace comes with the PID namespace: SysV shared memory, semaphores, message
 	 * queues and POSIX message queues made by the run are private to it and go with it. */
 	if (p->pidns)
 		all.flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC;
-	if (!all.flags) {
+	if (!all.flags && !s) {
 		refuse_mounts(p, &pid);
 		return 0;
 	}
 	pid.flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC;
 	net.flags = CLONE_NEWNET;
-
-	r = try_unshare(L, &all);
-	if (r < 0)
+	/* corral-zygote without root: its runs share its user namespace; each gets one of its own
+	 * inside it, as a launcher's run does, so that RLIMIT_NPROC counts the run's processes
+	 * alone, not the zygote's nor other runs' (refused: they share the count). */
+	if (s && s->userns && (all.flags & CLONE_NEWPID) && unshare(CLONE_NEWUSER) == 0 &&
+	    write_own_maps(L) != 0) {
+		report_fatal(W_IDMAP, errno, NULL);
 		return -1;
-	if (r == 0) {
-		pid.got = (all.flags & CLONE_NEWPID) != 0;
-		net.got = (all.flags & CLONE_NEWNET) != 0;
-	} else {
-		/* Both refused together: each alone (a user namespace made by the first serves the
-		 * second). */
-		if (p->pidns && try_unshare(L, &pid) < 0)
+	}
+
+	if (all.flags) {
+		r = try_unshare(L, &all);
+		if (r < 0)
 			return -1;
-		if (p->net != PLAN_NET_HOST && try_unshare(L, &net) < 0)
-			return -1;
+		if (r == 0) {
+			pid.got = (all.flags & CLONE_NEWPID) != 0;
+			if (all.flags & CLONE_NEWNET)
+				net.got = 1;
+		} else {
+			/* Both refused together: each alone (a user namespace made by the first serves
+			 * the second). */
+			if (p->pidns && try_unshare(L, &pid) < 0)
+				return -1;
+			if ((all.flags & CLONE_NEWNET) && try_unshare(L, &net) < 0)
+				return -1;
+		}
 	}
 
 	/* A user namespace changes credentials; keep the parent-death signal for sure. */
-	if (L->userns) {
+	if (L->userns)
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		report_applied("user-namespace");
-	} else if (p->userns == PLAN_USERNS_ALWAYS) {
-		int err = all.user_err ? all.user_err : pid.user_err ? pid.user_err : net.user_err;
-
-		report_refused("user-namespace", err, explain(W_USERNS, err));
-	}
-	if (p->net != PLAN_NET_HOST) {
-		if (net.got) {
-			report_applied("no-network");
-		} else if (p->net == PLAN_NET_REQUIRE) {
-			report_fatal(W_NETNS, net.direct_err ? net.direct_err : net.user_err, NULL);
-			return -1;
-		} else {
-			report_refusal(L, &net, W_NETNS);
-		}
-	}
+	if (report_user_net(L, &net, all.user_err ? all.user_err :
+			    pid.user_err ? pid.user_err : net.user_err) != 0)
+		return -1;
 	if (p->pidns) {
 		if (pid.got) {
 			report_applied("pid-namespace");
@@ -356,4 +390,26 @@ int ns_apply(struct launch *L)
 	L->pidns = pid.got;
 	refuse_mounts(p, &pid);
 	return 0;
+}
+
+int ns_apply_shared(struct launch *L, struct ns_shared *s)
+{
+	const struct plan *p = L->plan;
+	struct attempt net = { CLONE_NEWNET, 0, 0, 0 };
+
+	memset(s, 0, sizeof *s);
+	L->euid = s->euid = geteuid();
+	L->egid = s->egid = getegid();
+	if (p->net == PLAN_NET_HOST)
+		return 0;       /* nothing to make once: each run makes its own (user and) PID one */
+	if (try_unshare(L, &net) < 0)
+		return -1;
+	if (L->userns)
+		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	s->userns = L->userns;
+	s->net_got = net.got;
+	s->net_direct_err = net.direct_err;
+	s->net_user_err = net.user_err;
+	L->netns = net.got;
+	return report_user_net(L, &net, net.user_err);
 }

@@ -232,6 +232,21 @@ void seccomp_prepare(const struct launch *L)
 	filt.ready = 1;
 }
 
+size_t seccomp_state_size(void)
+{
+	return sizeof filt;
+}
+
+void seccomp_state_save(void *buf)
+{
+	memcpy(buf, &filt, sizeof filt);
+}
+
+void seccomp_state_load(const void *buf)
+{
+	memcpy(&filt, buf, sizeof filt);
+}
+
 int seccomp_apply(const struct plan *p)
 {
 	int err;

@@ -1,0 +1,96 @@
+/* zygote.h: private header joining corral-zygote's files.
+ *
+ *   main.c     start-up: the command line, the flat list of the zygote's own steps, the loop
+ *   control.c  the control socket: messages in (with their fds) and out (queued, never blocking)
+ *   request.c  a run request: its plan, the seccomp filters kept, process A, reaping, the end
+ *   python.c   the embedded interpreter: start-up, preloading, the program in C, its exit
+ *   exec.c     what execve() would have done to C: capabilities, cmdline, environ, comm
+ *
+ * corral-zygote is built from the launcher's files (all of csrc/launch but main.c) and these. Process
+ * names as in launch.h: the zygote Z forks one A per run (its pid is the run's pid for the host),
+ * A follows the launcher's own flow (launch_run), its B and C are the launcher's; C runs the
+ * program in the interpreter it inherited from Z instead of an execve. The protocol is in
+ * docs/internals.md, section "corral-zygote".
+ */
+#ifndef CORRAL_ZYGOTE_H
+#define CORRAL_ZYGOTE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "../launch/launch.h"
+
+/* Exit codes of the zygote itself. */
+enum { ZYGOTE_FAILED = 1 };
+
+/* File descriptors a run request carries, in this order. */
+enum { RUN_STDIN, RUN_STDOUT, RUN_STDERR, RUN_REPORT, RUN_NFDS };
+
+struct zygote {
+	int ctl;                /* the control socket (SOCK_SEQPACKET) */
+	int sigfd;              /* signalfd for SIGCHLD (blocked) */
+	pid_t self;             /* the zygote's pid: each A's parent */
+	pid_t parent;           /* --parent-pid (0: the parent found at start) */
+	enum plan_net net;      /* --net */
+	enum plan_userns userns;        /* --userns */
+	struct ns_shared ns;    /* the namespaces made once */
+	const char *python;     /* --python: the interpreter runs ask for (sys.executable) */
+	const char *preload;    /* --preload: module names, comma-separated, or NULL */
+	char **env;             /* --env, NULL-terminated: the environment Python starts in */
+	size_t nenv;
+};
+
+/* A growing list of strings (the ready message's lines). */
+struct strv {
+	char **v;
+	size_t n, cap;
+};
+
+int strv_add(struct strv *s, const char *str);          /* a copy; 0, or -1: out of memory */
+void strv_free(struct strv *s);
+
+/* ---- control.c ---- */
+
+/* Sends one message of n NUL-terminated fields; queued when the socket is full (sent by
+ * ctl_flush). 0, or -1 with errno: the socket is unusable (the host is gone). */
+int ctl_send(int fd, const char *const *fields, size_t n);
+int ctl_queued(void);                   /* 1: messages wait for POLLOUT */
+int ctl_flush(int fd);                  /* 0, or -1 with errno (as ctl_send) */
+
+/* One message into buf (len bytes at most) and up to maxfds fds (close-on-exec). Returns its
+ * length, 0 at EOF, or -1 with errno. *nfds: how many fds came; *cut: 1 when the message or its
+ * fds did not fit (what came is returned all the same, to be refused). */
+ssize_t ctl_recv(int fd, char *buf, size_t len, int *fds, int maxfds, int *nfds, int *cut);
+
+/* ---- request.c ---- */
+
+/* A message from the host; closes the fds it came with (A has its own copies). */
+void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds, int cut);
+/* Reaps every A that has ended and sends its exit message. */
+void request_reap(struct zygote *z);
+/* The host closed the control socket: ends the runs still going (as SIGTERM ends a launcher's),
+ * waits for them, and says nothing more. */
+void request_stop_all(struct zygote *z);
+
+/* ---- python.c ---- */
+
+/* In Z: initialises the interpreter as `python3 -I -u` started with z->env for environment,
+ * imports the preloaded modules (a failure adds "preload-failed MODULE REASON" to lines) and
+ * readies it for forking. 0, or -1 with a message in err. */
+int py_start(const struct zygote *z, struct strv *lines, char *err, size_t errlen);
+/* In A: whether the interpreter can run what the plan's PROGRAM ARGS ask for: 0, or -1 with the
+ * usage error in err. */
+int py_check_run(const struct zygote *z, const struct plan *p, char *err, size_t errlen);
+/* In C, instead of execve: runs the program in the interpreter and exits as python3 does.
+ * errfd: the pipe to the supervisor (child_die) until the program starts. */
+NORETURN void py_run_program(const struct launch *L, int errfd);
+
+/* ---- exec.c ---- */
+
+void exec_prepare(void);                /* in Z: its memory layout, for exec_like() */
+/* In C: what execve() does to the process (capabilities, cmdline, environ, comm); 0, or -1
+ * with errno when the capabilities could not be dropped. */
+int exec_like(const struct plan *p);
+void exec_dumpable(void);               /* in C, last: dumpable, as after execve() */
+
+#endif
