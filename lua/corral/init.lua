@@ -175,6 +175,23 @@ function M.start(code, opts, on_done)
   return launch("start", code, opts, on_done)
 end
 
+--- Let go of what the library keeps between runs: the warm interpreters (policy `warm`). Each
+-- one finishes the runs it has, then exits; this waits for that (running the loop, so not from a
+-- callback) for at most `seconds` (default 10). The next warm run starts a new one.
+-- @return true, or nil and a message when one was still there at the deadline
+function M.close(seconds)
+  local pids = warm.close_all()
+  local deadline = core.hrtime() + (seconds or 10)
+  for _, pid in ipairs(pids) do
+    while pid > 0 and core.kill(pid, 0) do
+      if core.hrtime() > deadline then return nil, "ETIMEDOUT: warm interpreter " .. pid .. " is still running" end
+      core.run("once")
+    end
+  end
+  core.run("nowait")
+  return true
+end
+
 --- Run the loop (see `start`): mode "default" (until nothing is pending), "once" or "nowait".
 function M.run_loop(mode)
   return core.run(mode or "default")

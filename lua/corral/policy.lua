@@ -449,6 +449,7 @@ function Policy:result(raw, opts, run, host)
   end
   if not rep.version and not raw.timed_out and not raw.killed then
     local said = (raw.stderr or ""):match("^(corral%-launch: [^\n]*)")
+      or (raw.stderr or ""):match("^(corral%-zygote: [^\n]*)")
     return nil, "EIO: the launcher ended without a report (exit " .. tostring(raw.exit_status)
       .. ", signal " .. tostring(raw.term_signal) .. ")" .. (said and (": " .. said) or ""), "EIO"
   end

@@ -21,12 +21,15 @@ local pool = {}   -- key -> {z = zygote, used = counter}
 local uses = 0
 
 --- The zygote's command line (without the executable) for a policy and prepared options.
-function M.args(pol, opts)
-  local a = { "--control-fd", "3", "--python", opts.python_exe }
-  if pol.network == "new" then a[#a + 1] = "--net"; a[#a + 1] = "new" end
-  if pol.user_namespace then a[#a + 1] = "--userns"; a[#a + 1] = pol.user_namespace end
+-- The environment is given as --env (the interpreter's locale comes from it): see environment().
+function M.args(pol, opts, env)
+  local a = { "--control-fd", "3", "--parent-pid", tostring(core.getpid()), "--python", opts.python_exe }
+  local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
+  add("--net", pol.network == "new" and "new" or "host")
+  if pol.user_namespace then add("--userns", pol.user_namespace) end
   local preload = pol.warm and pol.warm.preload or {}
-  if #preload > 0 then a[#a + 1] = "--preload"; a[#a + 1] = table.concat(preload, ",") end
+  if #preload > 0 then add("--preload", table.concat(preload, ",")) end
+  for _, e in ipairs(env) do add("--env", e) end
   return a
 end
 
@@ -57,8 +60,8 @@ end
 --- The zygote for this policy and these options: a live one, or a new one.
 -- @return zygote, or nil, message, code
 function M.get(pol, opts)
-  local args = M.args(pol, opts)
   local env = M.environment(pol)
+  local args = M.args(pol, opts, env)
   local key = tostring(pol.name) .. "\0" .. table.concat(args, "\0") .. "\0\0" .. table.concat(env, "\0")
   uses = uses + 1
   local e = pool[key]
@@ -93,11 +96,15 @@ function M.list()
 end
 
 --- Close every zygote: each exits once its runs are done.
+-- @return the pids of the zygotes closed
 function M.close_all()
+  local pids = {}
   for key, e in pairs(pool) do
+    pids[#pids + 1] = e.z:pid()
     e.z:close()
     pool[key] = nil
   end
+  return pids
 end
 
 return M

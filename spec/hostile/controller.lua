@@ -13,6 +13,7 @@ local corral = require "corral"
 local S = require "hostile.support"
 
 local name, prefix, tree = arg[1], arg[2], arg[3]
+S.base = os.getenv("HOSTILE_BASE") or "default"
 local case
 for _, c in ipairs(S.load_cases()) do
   if c.name == name then case = c end

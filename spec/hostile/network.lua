@@ -218,4 +218,66 @@ except OSError as e:
     expect = { reason = "exit", returncode = 0, stdout = "refused", stdout_not = "CONNECTED" },
     needs = { "landlock-net" },
   },
+  {
+    -- under `warm`, concurrent runs share their zygote's network namespace: they still must not
+    -- meet there (a loopback that is down; Landlock scopes abstract sockets to their run)
+    name = "a concurrent run's abstract unix socket and loopback ports cannot be reached",
+    companion = {
+      code = function(ctx) return string.format([[
+import socket, time
+a = socket.socket(socket.AF_UNIX)
+a.bind("\0" + %s)
+a.listen(4)
+a.settimeout(2.5)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.bind(("127.0.0.1", 47123))
+except OSError as e:
+    print("udp bind", e.errno)
+u.settimeout(0.1)
+try:
+    c, _ = a.accept()
+    print("ACCEPTED")
+except OSError:
+    pass
+try:
+    print("RECEIVED", u.recv(100))
+except OSError:
+    pass
+print("companion done")
+]], S.pystr(ctx.marker .. "-peer")) end,
+      opts = { timeout = 5 },
+    },
+    code = function(ctx) return ERRNO .. string.format([[
+import socket, time
+time.sleep(0.5)
+try:
+    c = socket.socket(socket.AF_UNIX)
+    c.connect("\0" + %s)
+    print("CONNECTED abstract")
+except OSError as e:
+    print("abstract refused", en(e))
+try:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.sendto(b"x", ("127.0.0.1", 47123))
+    print("SENT udp")
+except OSError as e:
+    print("udp refused", en(e))
+try:
+    socket.create_connection(("127.0.0.1", 47123), timeout=0.5)
+    print("CONNECTED tcp")
+except OSError as e:
+    print("tcp refused", en(e))
+]], S.pystr(ctx.marker .. "-peer")) end,
+    opts = { timeout = 4 },
+    expect = { reason = "exit", returncode = 0, stdout = { "abstract refused", "udp refused", "tcp refused" },
+               stdout_not = { "CONNECTED", "SENT" } },
+    needs = { "no-network" },
+    check = function(_, _, o)
+      local c = o.companion.res
+      assert.is_truthy(c, "the companion did not run")
+      assert.matches("companion done", c.stdout)
+      assert.is_falsy(c.stdout:find("ACCEPTED", 1, true) or c.stdout:find("RECEIVED", 1, true), c.stdout)
+    end,
+  },
 }

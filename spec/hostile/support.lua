@@ -313,10 +313,14 @@ S.has = has
 --- The policy a case runs under: the variant, plus hooks that record, per run, its directory and
 -- uid when it starts, and, when it has ended (before its clean-up), the processes it left and
 -- what it wrote into its host directory. `sink` receives them.
+-- The policy the variants are made from: "default", or "warm" (the same sandbox, each run forked
+-- from a zygote), which must pass every case exactly as "default" does.
+S.base = "default"
+
 function S.test_policy(variant, sink)
   local spec = S.variants[variant or "default"]
   assert(spec, "unknown variant " .. tostring(variant))
-  local base = policy.load("default")
+  local base = policy.load(S.base)
   local copy = {}
   for k, v in pairs(spec) do copy[k] = v end
   local mid = base:extend(copy)
@@ -410,6 +414,13 @@ function S.load_cases()
     end
   end
   for i, c in ipairs(all) do c.index = i end
+  -- HOSTILE_ONLY=pattern: only the cases whose name matches (a Lua pattern), to look at one
+  local only = os.getenv("HOSTILE_ONLY")
+  if only and only ~= "" then
+    local some = {}
+    for _, c in ipairs(all) do if c.name:find(only) then some[#some + 1] = c end end
+    return some
+  end
   return all
 end
 

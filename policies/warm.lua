@@ -1,0 +1,25 @@
+--- warm: default's sandbox, with each run forked from a pre-started interpreter.
+-- The zygote (corral-zygote) starts once per controller, makes the long-lived namespaces (the
+-- network one, and the user one where that needs it), initialises Python as `python3 -I -u` would
+-- and imports the modules below. Each run is then a fork of it that gets, as under `default`,
+-- its own PID, mount and IPC namespaces, scratch mounts, work dir, rlimits, uid, Landlock
+-- domain, seccomp filter, budgets and kill. Runs are not forked from one another, so nothing
+-- passes between them. Trade-offs: concurrent runs share the zygote's network namespace, where
+-- they still cannot meet: its only interface is a loopback that is down (no inet packet goes
+-- anywhere) and Landlock scopes abstract unix sockets to the run that made them (on kernels
+-- without Landlock scoping, ABI < 6, abstract sockets are shared between concurrent runs of one
+-- zygote: give such hosts the `default` policy); the preloaded modules are already in sys.modules when a program starts; all runs
+-- of one zygote share Python's string-hash seed.
+local policy = require "corral.policy"
+
+return policy.load("default"):extend {
+  name = "warm",
+  description = "default's sandbox, each run forked from a pre-started interpreter (zygote)",
+  warm = {
+    preload = {
+      "json", "re", "collections", "datetime", "decimal", "fractions", "statistics", "csv",
+      "email", "math", "random", "itertools", "functools", "dataclasses", "typing", "string",
+      "textwrap", "heapq", "bisect", "io", "pathlib", "subprocess", "threading",
+    },
+  },
+}
