@@ -1,8 +1,10 @@
 -- corral against bare Python, measured side by side in one run (make bench).
 -- Latency: each case run N times, interleaved with the others so that machine noise hits all
 -- alike, after a warm-up; median and p99, and the ratio of the median to bare `python3 -I -c`.
--- Throughput: runs per second through the Lua API at concurrency 1, 2 and 8, with the
--- controller's own CPU per run and its RSS. A heavy-import program too.
+-- Throughput: runs per second through the Lua API at concurrency 1, 2 and 8 (median of three
+-- rounds), with the controller's own CPU per run and its RSS, for the default policy with its
+-- network namespace shared by the runs (network = "shared") and with one per run ("new"). A
+-- heavy-import program too.
 --   lua5.4 bench/bench.lua [N]
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "csrc/?.so;" .. package.cpath
@@ -31,6 +33,10 @@ local unshare = os.execute("unshare --net true 2>/dev/null") and "unshare --net"
   or "unshare --user --map-root-user --net"
 
 local bwrap = policy.load("bwrap")
+local default = policy.load("default")
+-- the other network mode than the default's, for comparison
+local other_net = default.network == "shared" and "new" or "shared"
+local other = default:extend { name = "default-" .. other_net, network = other_net }
 local function api(code, pol)
   return function()
     local r = assert(corral.run_python(code, { policy = pol }))
@@ -45,6 +51,7 @@ local cases = {
   { "bare python3 -I -c", cmd(PY .. " -I -c " .. sh_quote(HELLO)) },
   have_unshare and { "unshare --net python3 -I -c", cmd(unshare .. " " .. PY .. " -I -c " .. sh_quote(HELLO)) } or nil,
   { "corral default (library)", api(HELLO) },
+  { "corral default, network=" .. other_net, api(HELLO, other) },
   { "corral bwrap (library)", api(HELLO, bwrap) },
   { "corral run --json (CLI)", cmd("lua5.4 bin/corral run --json " .. hello_file) },
   { "corral run --json --policy bwrap", cmd("lua5.4 bin/corral run --json --policy bwrap " .. hello_file) },
@@ -92,12 +99,12 @@ local function rss_kb()
   if f then f:close() end
   return tonumber(kb) or 0
 end
-local function throughput(conc, total)
+local function throughput(conc, total, pol)
   local started, done = 0, 0
   local function next_run()
     if started >= total then return end
     started = started + 1
-    assert(corral.start(HELLO, {}, function(r)
+    assert(corral.start(HELLO, { policy = pol }, function(r)
       assert(r and r.ok)
       done = done + 1
       next_run()
@@ -113,14 +120,33 @@ local function throughput(conc, total)
   return total / wall, cpu / total
 end
 
-print("")
-print("throughput through the library (print('hello'), default policy)")
-print(string.format("%-16s %10s %14s %18s", "concurrency", "runs/s", "vs conc. 1", "controller CPU/run"))
-local one
+-- Each figure is the median of ROUNDS measurements, the two network modes taking turns, so that
+-- a machine that gets busier or quieter meanwhile weighs on both alike.
+local ROUNDS = 3
+local variants = { { default.network, default }, { other_net, other } }
+local rates, cpus = {}, {}
 for _, conc in ipairs({ 1, 2, 8 }) do
-  local rate, cpu = throughput(conc, math.max(20, N))
-  one = one or rate
-  print(string.format("%-16d %10.1f %13.2fx %15.2f ms", conc, rate, rate / one, cpu * 1000))
+  for _ = 1, ROUNDS do
+    for v, variant in ipairs(variants) do
+      local rate, cpu = throughput(conc, math.max(20, N), variant[2])
+      local key = v .. ":" .. conc
+      rates[key] = rates[key] or {}
+      cpus[key] = cpus[key] or {}
+      table.insert(rates[key], rate)
+      table.insert(cpus[key], cpu)
+    end
+  end
+end
+for v, variant in ipairs(variants) do
+  print("")
+  print("throughput through the library (print('hello'), default policy, network = \"" .. variant[1] .. "\")")
+  print(string.format("%-16s %10s %14s %18s", "concurrency", "runs/s", "vs conc. 1", "controller CPU/run"))
+  local one
+  for _, conc in ipairs({ 1, 2, 8 }) do
+    local rate, cpu = pct(rates[v .. ":" .. conc], 0.5), pct(cpus[v .. ":" .. conc], 0.5)
+    one = one or rate
+    print(string.format("%-16d %10.1f %13.2fx %15.2f ms", conc, rate, rate / one, cpu * 1000))
+  end
 end
 collectgarbage("collect")
 print(string.format("controller RSS after the benchmark: %d KB", rss_kb()))
