@@ -113,7 +113,7 @@ static void check_success(const struct args *a, const struct plan *p, const char
 	size_t i;
 
 	FUZZ_CHECK(err[0] == '\0', "success with an error message: %s", err);
-	FUZZ_CHECK(p->mode >= PLAN_RUN && p->mode <= PLAN_KILL_UID, "mode %d", (int)p->mode);
+	FUZZ_CHECK(p->mode >= PLAN_RUN && p->mode <= PLAN_HOLD_NET, "mode %d", (int)p->mode);
 	FUZZ_CHECK(p->net >= PLAN_NET_HOST && p->net <= PLAN_NET_REQUIRE, "net %d", (int)p->net);
 	FUZZ_CHECK(p->userns >= PLAN_USERNS_AUTO && p->userns <= PLAN_USERNS_ALWAYS, "userns %d",
 		   (int)p->userns);
@@ -182,6 +182,20 @@ static void check_success(const struct args *a, const struct plan *p, const char
 		FUZZ_CHECK(strlen(p->cgroup) < PATH_MAX - 64, "cgroup too long");
 	}
 	FUZZ_CHECK(!p->cgroup_require || p->cgroup, "cgroup_require without cgroup");
+	FUZZ_CHECK(p->net_join >= 0, "net_join %d", (int)p->net_join);
+	FUZZ_CHECK(p->held == 0 || p->held == 1, "held %d", p->held);
+	if (p->seccomp_cache) {
+		check_abs_path(a, p->seccomp_cache, 1, "seccomp_cache");
+		FUZZ_CHECK(strlen(p->seccomp_cache) < PATH_MAX - 64, "seccomp_cache too long");
+	}
+
+	if (p->mode == PLAN_HOLD_NET) {
+		/* --hold-net with at most --userns, --parent-pid and --held: no program */
+		FUZZ_CHECK(p->program == NULL && p->nargs == 0 && p->nenv == 0, "a holder with a program");
+		FUZZ_CHECK(a->argc <= 7, "a holder from %d arguments", a->argc);
+		return;
+	}
+	FUZZ_CHECK(!p->held, "held outside --hold-net");
 
 	if (p->mode != PLAN_RUN) {
 		/* --probe, --help, --kill-uid U: alone */
@@ -200,6 +214,8 @@ static void check_success(const struct args *a, const struct plan *p, const char
 	}
 
 	FUZZ_CHECK(p->kill_uid == 0, "kill_uid in a run");
+	FUZZ_CHECK(!p->net_join || p->net != PLAN_NET_HOST, "net_join with the host network");
+	FUZZ_CHECK(!p->seccomp_cache || p->seccomp != PLAN_MECH_OFF, "seccomp_cache without seccomp");
 	FUZZ_CHECK(p->vec_ && p->env && p->args, "vectors missing");
 	FUZZ_CHECK(p->nenv <= (size_t)a->argc && p->nargs <= (size_t)a->argc, "counts %zu %zu",
 		   p->nenv, p->nargs);

@@ -1,7 +1,7 @@
 --- default: seed 000's behaviour, with the holes closed.
 -- rlimits (cpu, memory, file-size, no-core, open-files, processes), a wall-clock timeout, an empty
--- environment, a throwaway work dir, no stdin, capped output, a new empty network namespace; plus a
--- PID namespace whose end kills every descendant (setsid escapees included), a per-run uid when
+-- environment, a throwaway work dir, no stdin, capped output, an empty network namespace (one
+-- shared by the controller's runs, which cannot reach each other in it); plus a PID namespace whose end kills every descendant (setsid escapees included), a per-run uid when
 -- the controller is root (so RLIMIT_NPROC holds), no_new_privs and no inherited fds. What the
 -- kernel refuses is left out of `limits` and the run goes on, unless the caller requires network
 -- isolation.
@@ -9,7 +9,7 @@ local policy = require "corral.policy"
 
 return policy.base {
   name = "default",
-  description = "seed 000 limits + pid namespace, per-run uid as root, empty netns; degrades gracefully",
+  description = "seed 000 limits + pid namespace, per-run uid as root, empty netns (shared); degrades gracefully",
   defaults = {
     timeout = 5, cpu_seconds = 3, memory_mb = 256, file_mb = 1, processes = 32,
     open_files = 64, max_output = 20000, require_network_isolation = false,
@@ -20,7 +20,12 @@ return policy.base {
   -- -u: unbuffered, so output written before a kill is not lost
   python_args = { "-I", "-u" },
   env = { PATH = "/usr/bin:/bin", LANG = "C.UTF-8" },
-  network = "new",
+  -- one empty network namespace for every run of this controller, kept by a holder process
+  -- (joining it costs microseconds; making and tearing down one per run costs about half a
+  -- millisecond and a kernel worker's CPU); runs in it have no inet socket (seccomp) and their
+  -- abstract unix sockets scoped (Landlock), or they get a namespace of their own. "new": one
+  -- per run (the CLI, one run per process, always does that)
+  network = "shared",
   pid_namespace = true,
   -- "auto": a user namespace only where the namespaces are refused without one (not root)
   user_namespace = "auto",
@@ -49,8 +54,8 @@ return policy.base {
     "/proc",
   },
   fs_write = { "/dev/null" },
-  -- with network = "new": Landlock also denies TCP bind and connect (a second wall, and the
-  -- only one where no network namespace can be made)
+  -- with a network namespace ("shared" or "new"): Landlock also denies TCP bind and connect (a
+  -- second wall, and the only one where no network namespace can be made)
   deny_tcp = true,
   -- no signal and no abstract unix socket reaches outside the run (Landlock ABI 6)
   scope = true,
@@ -76,7 +81,8 @@ return policy.base {
     -- files by handle (escapes a bind mount), execution domains
     "open_by_handle_at", "name_to_handle_at", "personality",
   },
-  -- where no network namespace could be made: socket() of every family but AF_UNIX is refused
+  -- where the run has no network namespace of its own (the shared one, or none where none could
+  -- be made): socket() of every family but AF_UNIX is refused
   deny_sockets = "without-netns",
 
   -- whole-run budgets: cpu_seconds and memory_mb bound every process of the run together.

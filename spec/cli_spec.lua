@@ -92,6 +92,17 @@ describe("corral CLI", function()
     assert.are.same({ "cpu_sys_s", "cpu_total_s", "cpu_user_s", "max_rss_kb", "memory_peak_kb", "wall_s" }, ukeys)
   end)
 
+  it("gives its one run a network namespace of its own: no holder for a single run", function()
+    local body, status = split_status(corral("run --json " .. tmp("print(1)")))
+    assert.are.equal(0, status)
+    local r = cjson.decode(body)
+    local has = {}
+    for _, l in ipairs(r.limits) do has[l] = true end
+    assert.is_true(r.network_isolated)
+    assert.is_true(has["no-network"])
+    assert.is_nil(has["shared-netns"])
+  end)
+
   it("adds an error object to --json when the sandbox fails", function()
     local body, status = split_status(corral("run --json --python /nonexistent/python " .. tmp("print(1)")))
     assert.are.equal(125, status)

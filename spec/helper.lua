@@ -55,8 +55,10 @@ function H.stray_processes()
       and not args:match("^sh %-c") then
       local run_uid = uid >= 60000 and uid <= 60999
       local runs_code = args:find("/tmp/corral%-%w+/code/") or args:find("/home/code.py", 1, true)
-      -- launchers of this process (another corral on the machine is not ours to judge)
+      -- launchers of this process (another corral on the machine is not ours to judge); not the
+      -- holder of its shared network namespace (--hold-net), which lives as long as the process
       local launcher = args:find("corral-launch ", 1, true) and args:find("--parent-pid " .. core.getpid() .. " ", 1, true)
+        and not args:find("--hold-net", 1, true)
       if run_uid or runs_code or launcher then
         strays[#strays + 1] = { pid = pid, uid = uid, comm = args:sub(1, 60) }
       end

@@ -26,6 +26,14 @@ describe("corral-launch", function()
     { "--net sideways -- /bin/true", "sideways" },
     { "--report-fd", "--report-fd" },
     { "--", "PROGRAM" },
+    { "--net-join 123 -- /bin/true", "--net new|require" },
+    { "--net new --net-join 0 -- /bin/true", "out of range" },
+    { "--seccomp-cache /tmp -- /bin/true", "--seccomp auto|require" },
+    { "--seccomp auto --seccomp-cache tmp -- /bin/true", "absolute" },
+    { "--hold-net --pidns", "--hold-net takes only" },
+    { "--hold-net -- /bin/true", "--hold-net takes only" },
+    { "--probe --hold-net", "--probe" },
+    { "--held -- /bin/true", "--held goes with --hold-net" },
   }
   for _, c in ipairs(bad) do
     it("exits 2 naming what is wrong in '" .. c[1] .. "'", function()
@@ -60,6 +68,72 @@ describe("corral-launch", function()
     assert.are.same({ kind = "exit", code = 0 }, rep.status)
     assert.is_truthy(rep.usage and rep.usage.user_us + rep.usage.sys_us > 0)
     assert.is_truthy(out:find("b /tmp", 1, true))
+  end)
+
+  describe("a shared network namespace (--hold-net, --net-join)", function()
+    -- A holder and the launchers that join it must have the same parent: this shell.
+    local SHARED = "--report-fd 3 --net new --pidns --landlock auto --fs-ro /usr --fs-ro /lib " ..
+      "--fs-ro /lib64 --fs-ro /etc --fs-ro /proc --scope --seccomp auto --deny-sockets-without-netns"
+    local PROG = [[import os, socket
+print("netns", os.readlink("/proc/self/ns/net"))
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    print("inet ok")
+except OSError as e:
+    print("inet", e.errno)
+print("ifaces", open("/proc/net/dev").read().count(":"))
+]]
+    local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+    -- Starts a holder in the background of a shell, runs `body` (with $H its pid) and stops it.
+    local function with_holder(body)
+      return H.sh("f=$(mktemp /tmp/corral-hold.XXXXXX); " .. L .. " --hold-net >$f 2>&1 & H=$!; " ..
+        "i=0; while [ $i -lt 100 ] && ! grep -q ready $f; do sleep 0.02; i=$((i+1)); done; " ..
+        "echo \"holder $(cat $f) $(readlink /proc/$H/ns/net)\"; " .. body .. "; kill $H; wait $H; echo \"<holder $?>\"; rm -f $f")
+    end
+
+    it("keeps an empty network namespace that a run joins, without its inet sockets", function()
+      local out = with_holder(L .. " " .. SHARED .. " --net-join $H -- " .. H.python .. " -I -c " .. q(PROG) .. " 3>&1")
+      local held = out:match("holder ready (net:%[%d+%])")
+      assert.is_truthy(held, out)
+      local rep = report.parse(out)
+      assert.is_truthy(rep.applied["no-network"], out)
+      assert.is_truthy(rep.applied["shared-netns"], out)
+      assert.is_truthy(rep.applied["deny-sockets"], out)
+      assert.is_truthy(rep.applied["scoped-abstract-unix"], out)
+      assert.are.equal(held, out:match("netns (net:%[%d+%])"))
+      assert.is_truthy(out:find("inet 1\n", 1, true), out)            -- EPERM
+      assert.is_truthy(out:find("ifaces 1\n", 1, true), out)          -- lo alone
+      -- SIGTERM ends the holder
+      assert.is_truthy(out:find("<holder 143>", 1, true), out)
+    end)
+
+    it("makes a namespace of the run's own when the pid is not its parent's holder", function()
+      -- pid 1 is no child of this shell, and this shell is no holder
+      for _, pid in ipairs({ "1", "$$" }) do
+        local out = H.sh(L .. " " .. SHARED .. " --net-join " .. pid .. " -- " .. H.python .. " -I -c " .. q(PROG) .. " 3>&1")
+        local rep = report.parse(out)
+        assert.are.equal("ESRCH", rep.refused["shared-netns"] and rep.refused["shared-netns"].errno, out)
+        assert.is_truthy(rep.applied["no-network"])
+        assert.is_nil(rep.applied["shared-netns"])
+        assert.are_not.equal(H.sh("readlink /proc/self/ns/net"), out:match("netns (net:%[%d+%])"))
+      end
+    end)
+
+    it("does not join without the socket filter and the scope, and runs in its own namespace", function()
+      local out = with_holder(L .. " --report-fd 3 --net new --pidns --net-join $H -- " .. H.python ..
+        " -I -c " .. q(PROG) .. " 3>&1")
+      local rep = report.parse(out)
+      assert.are.equal("EINVAL", rep.refused["shared-netns"] and rep.refused["shared-netns"].errno, out)
+      assert.is_truthy(rep.applied["no-network"])
+      assert.are_not.equal(out:match("holder ready (net:%[%d+%])"), out:match("netns (net:%[%d+%])"))
+      assert.is_truthy(out:find("inet ok", 1, true), out)
+    end)
+
+    it("exits at EOF on a pipe on its stdin", function()
+      local out = H.sh("(sleep 0.3) | " .. L .. " --hold-net; echo \"<$?>\"")
+      assert.are.equal("ready\n<0>", out)
+    end)
   end)
 
   it("probes the host", function()

@@ -100,6 +100,35 @@ except OSError as e:
     assert.has_error(function() policy.load(policy.load("default"):extend { budgets = "cgroup" }) end)
   end)
 
+  it("checks the network and seccomp_cache fields", function()
+    assert.has_error(function() policy.load(policy.load("default"):extend { network = "everywhere" }) end)
+    assert.has_error(function() policy.load(policy.load("default"):extend { seccomp_cache = "yes" }) end)
+    for _, net in ipairs({ "new", "shared", "host" }) do
+      assert.are.equal(net, policy.load(policy.load("default"):extend { network = net }).network)
+    end
+  end)
+
+  -- network = "shared" needs the walls between concurrent runs; without them a run gets a
+  -- namespace of its own, still isolated
+  local walls = {
+    { "seccomp off", { seccomp = "off" } },
+    { "deny_sockets never", { deny_sockets = "never" } },
+    { "Landlock off", { filesystem = "off" } },
+    { "no scope", { scope = false } },
+  }
+  for _, w in ipairs(walls) do
+    it("gives each run its own network namespace under network = \"shared\" with " .. w[1], function()
+      local spec = { name = "unwalled", network = "shared" }
+      for k, v in pairs(w[2]) do spec[k] = v end
+      local p = policy.load("default"):extend(spec)
+      assert.is_false(p:shares_network())
+      local r = assert(corral.run_python("print(1)", { policy = p }))
+      assert.is_true(r.network_isolated)
+      assert.is_true(H.has(r.limits, "no-network"))
+      assert.is_false(H.has(r.limits, "shared-netns"))
+    end)
+  end
+
   it("raises naming a policy file that does not return a table", function()
     local base = os.tmpname()
     local path = base .. ".lua"

@@ -378,3 +378,181 @@ require("corral").run_python("import os, time\nif os.fork() == 0:\n    os.setsid
     for _, d in ipairs(H.temp_dirs()) do if not seen[d] then core.rmtree(d) end end
   end)
 end)
+
+describe("the shared network namespace (network = \"shared\", the default's)", function()
+  local host = require "corral.host"
+  local snap
+  before_each(function() snap = H.snapshot() end)
+  after_each(function() H.assert_clean(snap) end)
+
+  -- Landlock ABI 6 (abstract unix sockets scoped) is what lets runs share a namespace.
+  local function can_share()
+    local abi = tonumber(H.sh("./csrc/corral-launch --probe"):match("probe landlock yes abi (%d+)"))
+    return abi and abi >= 6
+  end
+
+  local function gone(pid)
+    local st = H.sh("cat /proc/" .. pid .. "/stat 2>/dev/null")
+    return st == "" or st:match("^%d+ %b() Z") ~= nil
+  end
+
+  local ISOLATED = [[
+import os, socket
+print("netns", os.readlink("/proc/self/ns/net"))
+print("ifaces", sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]))
+print("routes", len(open("/proc/net/route").read().splitlines()[1:]))
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=1)
+    print("CONNECTED")
+except OSError as e:
+    print("connect refused", e.errno)
+]]
+
+  it("isolates each run: no route out, only lo, no inet socket, and says it is shared", function()
+    if not can_share() then pending("Landlock below ABI 6: each run gets its own namespace") return end
+    local a, b = run(ISOLATED), run(ISOLATED)
+    for _, r in ipairs({ a, b }) do
+      assert.is_true(r.network_isolated)
+      assert.is_true(H.has(r.limits, "no-network"))
+      assert.is_true(H.has(r.limits, "shared-netns"))
+      assert.is_true(H.has(r.limits, "deny-sockets"))
+      assert.is_truthy(r.stdout:find("ifaces ['lo']\n", 1, true), r.stdout)
+      assert.is_truthy(r.stdout:find("routes 0\n", 1, true), r.stdout)
+      assert.is_truthy(r.stdout:find("connect refused 1\n", 1, true), r.stdout)    -- EPERM
+    end
+    -- one namespace for both runs, not the controller's
+    local ns = a.stdout:match("netns (%S+)")
+    assert.are.equal(ns, b.stdout:match("netns (%S+)"))
+    assert.are_not.equal(core.readlink("/proc/self/ns/net"), ns)
+  end)
+
+  it("keeps two concurrent runs apart: no inet socket, no abstract unix socket of the other", function()
+    if not can_share() then pending("Landlock below ABI 6: each run gets its own namespace") return end
+    local name = "corral-share-" .. core.getpid() .. "-" .. math.random(1e9)
+    local listener = string.format([[
+import os, socket, time
+print("netns", os.readlink("/proc/self/ns/net"), flush=True)
+s = socket.socket(socket.AF_UNIX)
+s.bind("\0%s")
+s.listen()
+s.settimeout(0.1)
+# our own socket is reachable from this run: the test can fail
+c = socket.socket(socket.AF_UNIX)
+c.connect("\0%s")
+s.accept()[0].close()
+c.close()
+got = 0
+end = time.monotonic() + 2.5
+while time.monotonic() < end:
+    try:
+        s.accept()[0].close()
+        got += 1
+    except OSError:
+        pass
+print("accepted from others", got)
+for fam in (socket.AF_INET, socket.AF_INET6):
+    try:
+        socket.socket(fam, socket.SOCK_STREAM)
+        print("inet socket made")
+    except OSError as e:
+        print("inet", e.errno)
+]], name, name)
+    local connector = string.format([[
+import os, socket, time
+print("netns", os.readlink("/proc/self/ns/net"), flush=True)
+errs = set()
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    c = socket.socket(socket.AF_UNIX)
+    try:
+        c.connect("\0%s")
+        print("CONNECTED")
+        break
+    except OSError as e:
+        errs.add(e.errno)
+    c.close()
+    time.sleep(0.05)
+print("connect errors", sorted(errs))
+]], name)
+    local results = corral.run_many({ listener, connector }, { concurrency = 2 })
+    local l, c = results[1], results[2]
+    assert.is_true(l.ok, l.stderr)
+    assert.is_true(c.ok, c.stderr)
+    -- the same namespace, so only the scope keeps them apart
+    assert.are.equal(l.stdout:match("netns (%S+)"), c.stdout:match("netns (%S+)"))
+    assert.is_truthy(l.stdout:find("accepted from others 0\n", 1, true), l.stdout)
+    assert.is_truthy(l.stdout:find("inet 1\ninet 1\n", 1, true), l.stdout)
+    assert.is_falsy(c.stdout:find("CONNECTED", 1, true), c.stdout)
+    -- EPERM: Landlock's scope (ECONNREFUSED too, for tries before the other run had bound)
+    local errs = {}
+    for e in (c.stdout:match("connect errors %[(.-)%]") or ""):gmatch("%d+") do errs[#errs + 1] = e end
+    assert.is_true(H.has(errs, "1"), c.stdout)
+    for _, e in ipairs(errs) do assert.is_true(e == "1" or e == "111", c.stdout) end
+  end)
+
+  it("replaces a dead holder on the next run", function()
+    if not can_share() then pending("Landlock below ABI 6: no holder") return end
+    run("pass")
+    local pid = assert(host.net_holder("auto"))
+    assert(core.kill(pid, 9))
+    assert.is_true(H.eventually(function() return gone(pid) end, 2))
+    local r = run(ISOLATED)
+    assert.is_true(H.has(r.limits, "shared-netns"), table.concat(r.limits, " "))
+    assert.is_nil(r.refused)
+    local again = assert(host.net_holder("auto"))
+    assert.are_not.equal(pid, again)
+    assert.is_truthy(r.stdout:find("netns " .. core.readlink("/proc/" .. again .. "/ns/net"), 1, true))
+  end)
+
+  it("does not keep run_loop() running", function()
+    local done = false
+    assert(corral.start("pass", {}, function() done = true end))
+    local t0 = core.hrtime()
+    corral.run_loop()
+    assert.is_true(done)
+    assert.is_true(core.hrtime() - t0 < 3)
+  end)
+
+  -- A controller of its own that makes its holder, says its pid, then ends as `how` says.
+  local function controller_holder(how)
+    local script = os.tmpname()
+    local out = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write('package.path = "lua/?.lua;lua/?/init.lua;" .. package.path\n' ..
+            'package.cpath = "csrc/?.so;" .. package.cpath\n' ..
+            'local corral = require "corral"\n' ..
+            'assert(corral.run_python("pass"))\n' ..
+            'io.write(tostring(require("corral.host").net_holder("auto")), "\\n") io.flush()\n' ..
+            (how == "kill" and 'local core = require "corral.core"\ncore.timer(30, function() end)\ncore.run()\n' or ''))
+    f:close()
+    local pid = tonumber((H.sh("lua5.4 " .. script .. " >" .. out .. " 2>&1 & echo $!")))
+    local holder
+    H.eventually(function()
+      local g = io.open(out)
+      local text = g and g:read("a") or ""
+      if g then g:close() end
+      holder = tonumber(text:match("^(%d+)\n"))
+      return holder ~= nil
+    end, 5)
+    os.remove(script)
+    os.remove(out)
+    return pid, holder
+  end
+
+  it("ends the holder when its controller is killed with SIGKILL", function()
+    if not can_share() then pending("Landlock below ABI 6: no holder") return end
+    local pid, holder = controller_holder("kill")
+    assert.is_truthy(holder, "the controller did not report its holder")
+    assert.is_false(gone(holder))
+    assert.is_truthy(H.sh("cat /proc/" .. holder .. "/cmdline | tr '\\0' ' '"):find("--hold-net", 1, true))
+    core.kill(pid, 9)
+    assert.is_true(H.eventually(function() return gone(holder) end, 3), "the holder outlived its controller")
+  end)
+
+  it("ends the holder when its controller exits", function()
+    if not can_share() then pending("Landlock below ABI 6: no holder") return end
+    local _, holder = controller_holder("exit")
+    assert.is_truthy(holder, "the controller did not report its holder")
+    assert.is_true(H.eventually(function() return gone(holder) end, 3), "the holder outlived its controller")
+  end)
+end)

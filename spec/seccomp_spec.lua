@@ -242,10 +242,35 @@ local function crowded(args)
     " " .. L .. " " .. args .. " 3>\"$f\"; echo \"<<exit $?>>\"; cat \"$f\"; rm -f \"$f\"")
 end
 
+-- The filter cache (--seccomp-cache DIR): a private directory, as the host's lock directory is.
+local core = require "corral.core"
+local cache = assert(core.mkdtemp("/tmp/corral-sccache-XXXXXX"))
+
+local function cache_files()
+  local t = {}
+  for _, name in ipairs(core.listdir(cache) or {}) do
+    local st = core.lstat(cache .. "/" .. name)
+    t[name] = st and st.ino
+  end
+  return t
+end
+
+local function only_file()
+  local name, ino, n = nil, nil, 0
+  for k, v in pairs(cache_files()) do name, ino, n = k, v, n + 1 end
+  assert.are.equal(1, n, "one cache file")
+  return name, ino
+end
+
+local function clear_cache()
+  for name in pairs(cache_files()) do os.remove(cache .. "/" .. name) end
+end
+
 describe("corral-launch --seccomp", function()
   local snap
   before_each(function() snap = H.snapshot() end)
   after_each(function() H.assert_clean(snap) end)
+  teardown(function() core.rmtree(cache) end)
 
   for _, a in ipairs(attacks) do
     local case, what, names, answer = a[1], a[2], a[3], a[4] or "EPERM"
@@ -257,8 +282,101 @@ describe("corral-launch --seccomp", function()
       assert.are.equal(answer, got[case])
       assert.are.equal(tostring(#names), rep.applied.seccomp)
       assert.are.equal(0, status)
+      -- the same filter built and written to the cache, then read from it: the same answer
+      clear_cache()
+      for pass = 1, 2 do
+        local cgot, crep, cstatus = run("--seccomp auto --seccomp-cache " .. cache .. " " .. deny(names), ATTACK, case)
+        assert.are.equal(answer, cgot[case], "cache pass " .. pass)
+        assert.are.same(rep.applied, crep.applied)
+        assert.are.same(rep.refused, crep.refused)
+        assert.are.equal(0, cstatus)
+      end
     end)
   end
+
+  it("loads a cached filter that answers every attack as the built one, and keeps the file", function()
+    clear_cache()
+    local cases = {}
+    for _, a in ipairs(attacks) do cases[#cases + 1] = a[1] end
+    local opts = "--pidns --seccomp require --deny-sockets " .. deny(FULL) .. " --deny-syscall no_such_call"
+    local built, brep = run(opts, ATTACK, table.concat(cases, " "))
+    local first, second
+    for pass = 1, 2 do
+      local got, rep, status = run(opts .. " --seccomp-cache " .. cache, ATTACK, table.concat(cases, " "))
+      assert.are.same(built, got, "pass " .. pass)
+      assert.are.same(brep.applied, rep.applied)
+      assert.are.same(brep.refused, rep.refused)
+      assert.are.equal("no_such_call", rep.refused["seccomp-unknown"].message)
+      assert.are.equal(0, status)
+      local _, ino = only_file()
+      if pass == 1 then first = ino else second = ino end
+    end
+    -- a hit reads the file; a miss would have replaced it
+    assert.are.equal(first, second)
+    -- another deny list is another filter: another file
+    run("--seccomp auto --seccomp-cache " .. cache .. " --deny-syscall ptrace", "pass")
+    local n = 0
+    for _ in pairs(cache_files()) do n = n + 1 end
+    assert.are.equal(2, n)
+  end)
+
+  -- A damaged file: the filter is built again (never loaded from it, never left out) and the
+  -- file replaced.
+  local damage = {
+    { "truncated", function(data) return data:sub(1, #data - 9) end },
+    { "cut to its header", function(data) return data:sub(1, 20) end },
+    { "empty", function() return "" end },
+    { "one instruction bit flipped", function(data)
+      local i = #data - 5
+      return data:sub(1, i - 1) .. string.char(data:byte(i) ~ 0x10) .. data:sub(i + 1)
+    end },
+    { "one key byte changed", function(data)
+      local i = 48 + 3
+      return data:sub(1, i - 1) .. string.char(data:byte(i) ~ 1) .. data:sub(i + 1)
+    end },
+    { "grown by a byte", function(data) return data .. "x" end },
+    { "garbage", function(data) return string.rep("\255", #data) end },
+  }
+  for _, d in ipairs(damage) do
+    it("ignores a cache file that is " .. d[1] .. " and builds the filter", function()
+      clear_cache()
+      local opts = "--seccomp auto --seccomp-cache " .. cache .. " --deny-sockets --deny-syscall personality"
+      run(opts, "pass")
+      local name, ino = only_file()
+      local path = cache .. "/" .. name
+      local f = assert(io.open(path, "rb"))
+      local data = f:read("a")
+      f:close()
+      f = assert(io.open(path, "wb"))
+      f:write(d[2](data))
+      f:close()
+      local got, rep, status = run(opts, ATTACK, "personality")
+      assert.are.equal("EPERM", got.personality)
+      local sgot = run(opts, SOCKETS)
+      assert.are.equal("EPERM", sgot.inet)
+      assert.are.equal("1", rep.applied.seccomp)
+      assert.is_truthy(rep.applied["deny-sockets"])
+      assert.are.equal(0, status)
+      -- replaced by a good one
+      local name2, ino2 = only_file()
+      assert.are.equal(name, name2)
+      assert.are_not.equal(ino, ino2)
+      f = assert(io.open(path, "rb"))
+      assert.are.equal(#data, #f:read("a"))
+      f:close()
+    end)
+  end
+
+  it("neither reads nor writes a cache directory others may write", function()
+    clear_cache()
+    local opts = "--seccomp auto --seccomp-cache " .. cache .. " --deny-syscall personality"
+    assert(core.chmod(cache, 511))  -- 0777
+    local got, rep = run(opts, ATTACK, "personality")
+    assert(core.chmod(cache, 448))
+    assert.are.equal("EPERM", got.personality)
+    assert.are.equal("1", rep.applied.seccomp)
+    assert.are.same({}, cache_files())
+  end)
 
   it("denies every attack with a policy's list of 30 names, in a PID namespace", function()
     local cases = {}

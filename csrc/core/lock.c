@@ -1,7 +1,8 @@
 /*
- * corral.core: core.lock(path), an exclusive non-blocking flock on a file it creates if needed.
- * Used to take a per-run uid across processes. The lock file is left in place on close (removing
- * it would race with the next locker).
+ * corral.core: core.lock(path), an exclusive non-blocking flock on a file it creates if needed,
+ * or on the directory at path itself. Used to take a per-run uid across processes, and to mark a
+ * run directory as having a live owner. The lock file is left in place on close (removing it
+ * would race with the next locker).
  */
 #include "core.h"
 
@@ -35,7 +36,8 @@ static int lock_tostring(lua_State *L) {
   return 1;
 }
 
-/* core.lock(path) -> lock | nil, err, code ("EAGAIN" when another process holds it). */
+/* core.lock(path) -> lock | nil, err, code ("EAGAIN" when another process holds it). A directory
+ * is locked itself (no file is made in it). */
 int corral_lock(lua_State *L) {
   size_t len;
   const char *path = luaL_checklstring(L, 1, &len);
@@ -46,6 +48,7 @@ int corral_lock(lua_State *L) {
   k->fd = -1;
   luaL_setmetatable(L, CORRAL_LOCK_MT);
   fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EISDIR) fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
     return corral_fail_errno(L, e, "cannot open lock file %s", path);

@@ -502,7 +502,7 @@ void corral_runs_shutdown(corral_loop *cl) {
 
 static const char *const spawn_keys[] = {
     "file", "args", "env", "stdin", "stdout_cap", "stderr_cap", "tail_bytes",
-    "kill_on_overflow", "report", "timeout", "grace", "on_exit", "zygote", NULL,
+    "kill_on_overflow", "report", "timeout", "grace", "on_exit", "zygote", "ref", NULL,
 };
 
 /* Check that the option at stack index idx is nil or an array of strings without NUL bytes;
@@ -679,7 +679,7 @@ int corral_spawn(lua_State *L) {
   const char *file, *in;
   size_t file_len, in_len;
   lua_Integer nargs, nenv, out_cap, err_cap, tail;
-  int kill_on_overflow, report, has_timeout, rc;
+  int kill_on_overflow, report, has_timeout, ref, rc;
   double timeout, grace;
   int i_args, i_env, i_exit, i_ud;
   char **argv, **envp;
@@ -729,6 +729,7 @@ int corral_spawn(lua_State *L) {
   timeout = corral_opt_number(L, 1, "timeout", -1.0, 0.0, 1e7);
   has_timeout = timeout >= 0.0;
   grace = corral_opt_number(L, 1, "grace", DEFAULT_GRACE, 0.0, 3600.0);
+  ref = corral_opt_boolean(L, 1, "ref", 1);
 
   argv = string_array(L, i_args, nargs, file);
   envp = string_array(L, i_env, nenv, NULL); /* {NULL}: an empty environment */
@@ -814,6 +815,18 @@ int corral_spawn(lua_State *L) {
    * for a while (the host blocked between runs): refresh it, or the timeout fires early */
   uv_update_time(&cl->loop);
   if (r->has_timeout) uv_timer_start(&r->t_timeout, timeout_cb, r->timeout_ms, 0);
+  if (!ref) {
+    /* a helper that lives beside the runs (the shared network namespace's holder): it does not
+     * keep core.run("default") going; it is still reaped, and killed with the loop */
+    uv_unref((uv_handle_t *)&r->process);
+    uv_unref((uv_handle_t *)&r->t_timeout);
+    uv_unref((uv_handle_t *)&r->t_kill);
+    uv_unref((uv_handle_t *)&r->t_drain);
+    if (r->out.state == ST_OPEN) uv_unref((uv_handle_t *)&r->out.pipe);
+    if (r->err.state == ST_OPEN) uv_unref((uv_handle_t *)&r->err.pipe);
+    if (r->rep.state == ST_OPEN) uv_unref((uv_handle_t *)&r->rep.pipe);
+    if (r->in_state == ST_OPEN) uv_unref((uv_handle_t *)&r->in);
+  }
   lua_pushvalue(L, i_ud);
   return 1;
 }

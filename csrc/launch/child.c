@@ -33,6 +33,7 @@ static void send_msg(int errfd, int kind, int what, int value)
 
 static NORETURN void die(int errfd, enum what w, int err)
 {
+	report_flush();
 	send_msg(errfd, MSG_FATAL, (int)w, err);
 	if (w == W_EXEC)
 		_exit(err == ENOENT ? EXIT_NOENT : EXIT_EXEC);
@@ -288,6 +289,7 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	step_signals();
 	if (seccomp_apply(p) != 0)              /* last: nothing of ours is filtered */
 		die(errfd, W_SECCOMP, errno);
+	report_flush();
 	if (L->run_program)
 		L->run_program(L, errfd);       /* corral-zygote: the warm interpreter runs it */
 	execve(p->program, p->args, p->env);

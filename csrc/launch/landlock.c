@@ -16,7 +16,9 @@
  *
  * --landlock auto: what the kernel lacks is reported refused and the run goes on;
  * --landlock require: any part asked for that the kernel lacks is fatal (nothing runs). A listed
- * path that cannot be opened is reported refused either way: nothing is granted there.
+ * path that cannot be opened is reported refused either way: nothing is granted there. In a
+ * network namespace shared with other runs (--net-join, ns.c) the scope of abstract unix sockets
+ * is what keeps the runs apart: without it the run is ended, whatever --landlock says.
  */
 #include "launch.h"
 
@@ -192,10 +194,13 @@ static int fail(struct landlock *ll, enum what w, int err)
 	return -1;
 }
 
-/* Under require: fatal (-1). Under auto: the refusals, and no Landlock at all (0). net, scope:
- * those parts were still to be applied. */
+/* Under require, or without the scope a shared network namespace needs: fatal (-1). Under
+ * auto: the refusals, and no Landlock at all (0). net, scope: those parts were still to be
+ * applied. */
 static int unavailable(const struct plan *p, struct landlock *ll, int err, int net, int scope)
 {
+	if (scope && ns_net_shared())
+		return fail(ll, W_SHARED_NET, err);
 	if (p->landlock == PLAN_MECH_REQUIRE)
 		return fail(ll, W_LANDLOCK, err);
 	refuse_all(err, net, scope);
@@ -290,6 +295,8 @@ int landlock_prepare(const struct plan *p, struct landlock *ll)
 	if (p->scope) {
 		if (abi >= LL_ABI_SCOPE) {
 			ll->scope = 1;
+		} else if (ns_net_shared()) {
+			return fail(ll, W_SHARED_NET, EOPNOTSUPP);
 		} else if (p->landlock == PLAN_MECH_REQUIRE) {
 			return fail(ll, W_LANDLOCK_SCOPE, EOPNOTSUPP);
 		} else {

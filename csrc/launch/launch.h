@@ -4,7 +4,8 @@
  *   run.c        the flat list of the launcher's steps for a run (shared with corral-zygote)
  *   plan.c       command line -> struct plan (pure)
  *   report.c     report lines (async-signal-safe), errno names, actionable messages
- *   ns.c         unshare, user namespace id maps
+ *   ns.c         unshare, user namespace id maps; joining a shared network namespace, and its
+ *                holder (--net-join, --hold-net)
  *   mounts.c     the init's mount namespace: private /proc, --tmpfs, --ro-bind, --work-tmpfs
  *   supervise.c  init (PID namespace) or subreaper loops, exit mirroring
  *   sweep.c      without a PID namespace: the tree kill, the uid sweep, --kill-uid
@@ -67,6 +68,7 @@ enum what {
 	W_LANDLOCK_SCOPE,       /* landlock.c: --scope under --landlock require */
 	W_SECCOMP,              /* seccomp.c */
 	W_CGROUP,               /* budget.c */
+	W_SHARED_NET,           /* landlock.c, seccomp.c: a wall a shared netns needs is missing */
 	W_COUNT
 };
 
@@ -126,6 +128,11 @@ void report_fatal(enum what w, int err, const char *detail);   /* message from e
 void report_pid(pid_t pid);
 void report_status(int wstatus);
 void report_usage(const struct rusage *ru);
+/* Lines to the report fd are gathered and written together (fewer wakeups of the host): at the
+ * latest here, which the launcher's processes call before a fork, a wait, an execve and an exit
+ * (report_fatal and report_pid flush by themselves). Lines a process inherited through fork()
+ * are its parent's to write: dropped. Async-signal-safe. */
+void report_flush(void);
 
 const char *errno_name(int err);                /* NULL when unknown */
 const char *explain(enum what w, int err);      /* never NULL */
@@ -145,6 +152,11 @@ int ns_apply(struct launch *L);                 /* 0, or -1 after a fatal line *
 /* corral-zygote at start-up: the network namespace of the plan (with the user namespace it needs),
  * once for all runs, and its report lines. 0, or -1 after a fatal line (--net require). */
 int ns_apply_shared(struct launch *L, struct ns_shared *s);
+/* 1 when the run joined the --net-join holder's network namespace, shared with other runs: its
+ * program must then get the seccomp socket filter and Landlock's scope, or not run at all. */
+int ns_net_shared(void);
+/* --hold-net: make the namespaces, say "ready", keep them; the exit code. */
+int ns_hold(const struct plan *p);
 
 /* ---- mounts.c ---- */
 

@@ -71,6 +71,14 @@ int main(int argc, char **argv)
 		plan_free(&plan);
 		return probe_run();
 	}
+	if (plan.mode == PLAN_HOLD_NET) {
+		int code;
+
+		step_close_inherited(-1);
+		code = ns_hold(&plan);          /* returns only when its work is over */
+		plan_free(&plan);
+		return code;
+	}
 	if (plan.mode == PLAN_KILL_UID) {
 		uid_t uid = plan.kill_uid;
 

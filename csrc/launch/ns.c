@@ -14,17 +14,42 @@
  * corral-zygote makes the network namespace (and the user namespace it needs) once, at start-up
  * (ns_apply_shared), and each of its runs only the PID, mount and IPC namespaces, inside them;
  * ns_apply() then reports the shared ones exactly as if it had made them.
+ *
+ * A shared network namespace (--net-join PID, --hold-net): making a network namespace costs about
+ * half a millisecond, and its teardown runs later in a kernel worker that competes with the next
+ * runs for the CPU. A holder process (corral-launch --hold-net, a child of the host) makes one
+ * empty network namespace, in a user namespace of its own when not root, and keeps it; each run
+ * joins it with setns() (microseconds) and still makes its own PID, mount and IPC namespaces.
+ * Runs in it share its loopback and its abstract unix sockets, so a run may join only when its
+ * program will have no socket but AF_UNIX (the seccomp filter: --deny-sockets, or
+ * --deny-sockets-without-netns, which counts a shared namespace as none of its own) and abstract
+ * unix sockets scoped to its own Landlock domain (--scope, Landlock ABI 6); the program child is
+ * ended if either cannot be applied (landlock.c, seccomp.c). When a join is unsafe or fails (the
+ * holder is gone, not ready, or not ours), the run makes a network namespace of its own and says
+ * why: "refused shared-netns ERRNO ...".
  */
 #include "launch.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
 
 /* One write() of data to fd, then close(fd). */
 static int write_close(int fd, const char *data)
@@ -280,6 +305,290 @@ static void report_refusal(const struct launch *L, const struct attempt *a, enum
 	line_send(&l, report_get_fd());
 }
 
+/* ---- a shared network namespace ---- */
+
+static int net_shared;  /* 1: the run joined the holder's namespace (C inherits it) */
+
+int ns_net_shared(void)
+{
+	return net_shared;
+}
+
+/* Why this run may not share a network namespace, or NULL: see the top of the file. */
+static const char *join_unsafe(const struct plan *p, int *err)
+{
+	int abi;
+
+	*err = EINVAL;
+	if (p->seccomp == PLAN_MECH_OFF || !p->deny_sockets)
+		return "a shared network namespace needs the seccomp socket filter (--seccomp with "
+		       "--deny-sockets or --deny-sockets-without-netns)";
+	if (p->landlock == PLAN_MECH_OFF || !p->scope)
+		return "a shared network namespace needs abstract unix sockets scoped (--landlock "
+		       "with --scope)";
+	abi = landlock_abi();
+	if (abi < 6) {
+		*err = abi < 0 ? -abi : EOPNOTSUPP;
+		return "a shared network namespace needs abstract unix sockets scoped, and this "
+		       "kernel's Landlock cannot (ABI 6, Linux 6.12)";
+	}
+	return NULL;
+}
+
+/* Up to len - 1 bytes of a small /proc file, NUL-terminated; the length, or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	do
+		n = read(fd, buf, len - 1);
+	while (n < 0 && errno == EINTR);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	return n;
+}
+
+/* PID is a holder of ours: a child of our parent (the host), started as "corral-launch
+ * --hold-net". As root, a pid that was reused by another process could otherwise put the run
+ * in anybody's network namespace. 0, or -1 with errno ESRCH. */
+static int holder_check(pid_t pid)
+{
+	char path[64], buf[512];
+	const char *p;
+	ssize_t n;
+	long ppid;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	if (read_small(path, buf, sizeof buf) < 0)
+		goto not_ours;
+	p = strrchr(buf, ')');          /* the name in parentheses may hold anything */
+	if (!p || p[1] != ' ' || !p[2] || p[3] != ' ')
+		goto not_ours;
+	ppid = strtol(p + 4, NULL, 10);
+	if (ppid != (long)getppid())
+		goto not_ours;
+	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+	n = read_small(path, buf, sizeof buf);
+	p = n > 0 ? memchr(buf, '\0', (size_t)n) : NULL;       /* past argv[0] */
+	if (!p || (size_t)(p - buf) + 1 + sizeof "--hold-net" > (size_t)n + 1 ||
+	    strcmp(p + 1, "--hold-net") != 0)
+		goto not_ours;
+	return 0;
+not_ours:
+	errno = ESRCH;
+	return -1;
+}
+
+static int same_ns(int fd, const char *own)
+{
+	struct stat a, b;
+
+	return fstat(fd, &a) == 0 && stat(own, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+}
+
+/* Joins the user (when it differs from ours) and network namespaces of holder PID. 0, or -1
+ * with errno: ESRCH the holder is gone or not ours, EAGAIN it has not made its namespace yet,
+ * ENOSYS no pidfd (Linux 5.3), or setns()'s. */
+static int join_holder(struct launch *L, pid_t pid)
+{
+	char path[64];
+	int pidfd, userfd = -1, netfd = -1, err = 0;
+
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0U);
+	if (pidfd < 0)
+		return -1;
+	if (holder_check(pid) != 0)
+		goto fail;
+	snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+	userfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (userfd >= 0) {
+		snprintf(path, sizeof path, "/proc/%d/ns/net", (int)pid);
+		netfd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	if (userfd < 0 || netfd < 0) {
+		if (errno == ENOENT)
+			errno = ESRCH;  /* gone, or a zombie */
+		goto fail;
+	}
+	/* Still the process checked above: had it died, and its pid been reused, the pidfd's
+	 * process would be gone. The namespaces are held by our fds from here. */
+	if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0U) != 0) {
+		errno = ESRCH;
+		goto fail;
+	}
+	if (same_ns(netfd, "/proc/self/ns/net")) {
+		errno = EAGAIN;         /* the host's: the holder has not unshared yet */
+		goto fail;
+	}
+	if (!same_ns(userfd, "/proc/self/ns/user")) {
+		/* Root's run uid must be mapped there: the holder makes no user namespace as root. */
+		if (L->euid == 0) {
+			errno = EPERM;
+			goto fail;
+		}
+		if (setns(userfd, CLONE_NEWUSER) != 0)
+			goto fail;
+		L->userns = 1;
+	}
+	if (setns(netfd, CLONE_NEWNET) != 0)
+		goto fail;
+	net_shared = 1;
+	goto done;
+fail:
+	err = errno;
+done:
+	close(pidfd);
+	if (userfd >= 0)
+		close(userfd);
+	if (netfd >= 0)
+		close(netfd);
+	errno = err;
+	return err ? -1 : 0;
+}
+
+/* --net-join: 1 when the run joined, 0 when it must make its own network namespace (the
+ * refused line is written). */
+static int try_join(struct launch *L)
+{
+	const struct plan *p = L->plan;
+	const char *why;
+	int err;
+
+	why = join_unsafe(p, &err);
+	if (!why && join_holder(L, p->net_join) == 0)
+		return 1;
+	if (!why) {
+		err = errno;
+		switch (err) {
+		case ESRCH:
+			why = "the holder is gone or is not this host's";
+			break;
+		case EAGAIN:
+			why = "the holder has not made its namespace yet";
+			break;
+		case ENOSYS:
+			why = "no pidfd_open (Linux 5.3) to join it safely";
+			break;
+		default:
+			why = "setns() refused to join it";
+		}
+	}
+	report_refused_at("shared-netns", err, why, "the run has a network namespace of its own");
+	return 0;
+}
+
+/* --hold-net: the namespaces of a shared network namespace. As root only a network namespace
+ * (the run uids need no map); otherwise as --userns says, like a run, with the user namespace
+ * made and mapped first, so that the network namespace appears (and a run can join it) only
+ * when the maps are written. 0, or an errno. */
+static int hold_unshare(const struct plan *p, struct launch *L)
+{
+	int err = 0;
+
+	if (p->userns != PLAN_USERNS_ALWAYS || L->euid == 0) {
+		if (unshare(CLONE_NEWNET) == 0)
+			return 0;
+		err = errno;
+		if (L->euid == 0 || p->userns == PLAN_USERNS_NEVER || err != EPERM)
+			return err;
+	}
+	if (unshare(CLONE_NEWUSER) != 0)
+		return errno;
+	L->userns = 1;
+	if (write_own_maps(L) != 0 || unshare(CLONE_NEWNET) != 0)
+		return errno;
+	return 0;
+}
+
+/* The holder, not dumpable (main.c), in a user namespace of its own: a run's launcher may open
+ * its /proc/PID/ns files only with CAP_SYS_PTRACE over the user namespace its memory belongs to,
+ * which is the one it was exec()ed in. So it executes itself again (--held) inside the new one,
+ * where the launchers of its uid, outside, hold every capability, and the runs' programs, inside,
+ * none. */
+static int hold_reexec(const struct plan *p)
+{
+	char ppid[24], *argv[6];
+	char *envp[1] = { NULL };
+	int n = 0;
+
+	argv[n++] = (char *)"corral-launch";
+	argv[n++] = (char *)"--hold-net";
+	argv[n++] = (char *)"--held";
+	if (p->parent_pid) {
+		snprintf(ppid, sizeof ppid, "%d", (int)p->parent_pid);
+		argv[n++] = (char *)"--parent-pid";
+		argv[n++] = ppid;
+	}
+	argv[n] = NULL;
+	execve("/proc/self/exe", argv, envp);
+	return errno;
+}
+
+int ns_hold(const struct plan *p)
+{
+	struct launch L;
+	struct stat st;
+	struct line l;
+	int err = 0, reexec = 0, fd;
+
+	memset(&L, 0, sizeof L);
+	L.plan = p;
+	L.euid = geteuid();
+	L.egid = getegid();
+	/* (again after the user namespace: the kernel may clear it with the credentials) */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 ||
+	    (p->parent_pid && getppid() != p->parent_pid))
+		return EXIT_SETUP;      /* the parent is already gone */
+	if (!p->held) {
+		setsid();       /* its own group: a kill of the host's group spares it */
+		err = hold_unshare(p, &L);
+		if (!err && L.userns) {
+			err = hold_reexec(p);
+			reexec = 1;
+		}
+	}
+	if (err) {
+		line_start(&l, "fatal no-network ");
+		line_errname(&l, err);
+		line_add(&l, " ");
+		line_add(&l, reexec ? "the holder cannot execute itself again in its user namespace"
+				    : explain(L.userns ? W_IDMAP : W_NETNS, err));
+		line_send(&l, STDOUT_FILENO);
+		return EXIT_SETUP;
+	}
+	line_start(&l, "ready");
+	line_send(&l, STDOUT_FILENO);
+	/* stdout and stderr to /dev/null: the host's pipes reach EOF and hold nothing */
+	fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (fd >= 0) {
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		close(fd);
+	}
+	/* Until the parent dies (PR_SET_PDEATHSIG), a signal, or EOF on a pipe or socket stdin. */
+	if (fstat(STDIN_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+		for (;;) {
+			struct pollfd pfd = { STDIN_FILENO, POLLIN, 0 };
+			char buf[256];
+			ssize_t n;
+
+			if (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+				continue;
+			n = read(STDIN_FILENO, buf, sizeof buf);
+			if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+				return 0;
+		}
+	}
+	for (;;)
+		pause();
+}
+
 /* The mounts of --tmpfs and --work-tmpfs are made by the init, in the mount namespace that comes
  * with the PID namespace: without one, say so. */
 static void refuse_mounts(const struct plan *p, const struct attempt *pid)
@@ -306,6 +615,8 @@ static int report_user_net(const struct launch *L, const struct attempt *net, in
 	if (p->net != PLAN_NET_HOST) {
 		if (net->got) {
 			report_applied("no-network");
+			if (net_shared)
+				report_applied("shared-netns");
 		} else if (p->net == PLAN_NET_REQUIRE) {
 			report_fatal(W_NETNS, net->direct_err ? net->direct_err : net->user_err, NULL);
 			return -1;
@@ -330,16 +641,21 @@ int ns_apply(struct launch *L)
 		 * it needed) that the zygote made once; only the PID namespace is made here. */
 		L->userns = s->userns;
 		net.got = s->net_got;
+		/* runs of one zygote share its namespace as runs joined to a holder share the
+		 * holder's: the same walls apply (the socket filter, Landlock's scope) */
+		net_shared = s->net_got;
 		net.direct_err = s->net_direct_err;
 		net.user_err = s->net_user_err;
-	} else if (p->net != PLAN_NET_HOST) {
+	} else if (p->net != PLAN_NET_HOST && !(p->net_join && try_join(L))) {
 		all.flags |= CLONE_NEWNET;
 	}
+	if (net_shared)
+		net.got = 1;
 	/* The IPC namespace comes with the PID namespace: SysV shared memory, semaphores, message
 	 * queues and POSIX message queues made by the run are private to it and go with it. */
 	if (p->pidns)
 		all.flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC;
-	if (!all.flags && !s) {
+	if (!all.flags && !s && !net_shared) {
 		refuse_mounts(p, &pid);
 		return 0;
 	}
@@ -408,6 +724,7 @@ int ns_apply_shared(struct launch *L, struct ns_shared *s)
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	s->userns = L->userns;
 	s->net_got = net.got;
+	net_shared = net.got;   /* its runs share it: see ns_apply */
 	s->net_direct_err = net.direct_err;
 	s->net_user_err = net.user_err;
 	L->netns = net.got;

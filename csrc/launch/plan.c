@@ -20,6 +20,7 @@ static const char help_text[] =
 	"usage: corral-launch [OPTIONS] -- PROGRAM [ARGS...]\n"
 	"       corral-launch --probe\n"
 	"       corral-launch --kill-uid U\n"
+	"       corral-launch --hold-net [--userns MODE] [--parent-pid PID]\n"
 	"       corral-launch --help\n"
 	"\n"
 	"Runs PROGRAM in a new process under a confinement plan: a new session, death\n"
@@ -36,6 +37,10 @@ static const char help_text[] =
 	"                        new: an empty network namespace (only lo), or\n"
 	"                        run without one when refused; require: refusal\n"
 	"                        is fatal (exit 125); default host\n"
+	"  --net-join PID        with --net new|require: join the network namespace\n"
+	"                        (and its user namespace) that the --hold-net\n"
+	"                        process PID, a child of our parent, keeps; a new\n"
+	"                        one when that cannot be done safely\n"
 	"  --pidns               a new PID namespace, under an init, with its own\n"
 	"                        /proc (in a new mount namespace) when allowed\n"
 	"  --no-pidns            no PID namespace: a subreaper kills the\n"
@@ -76,8 +81,11 @@ static const char help_text[] =
 	"  --deny-sockets        socket() of every family but AF_UNIX fails with\n"
 	"                        EPERM\n"
 	"  --deny-sockets-without-netns\n"
-	"                        the same, only when no network namespace was\n"
-	"                        made (the fallback wall)\n"
+	"                        the same, only when the run has no network\n"
+	"                        namespace of its own (none, or a shared one)\n"
+	"  --seccomp-cache DIR   keep the built filter in DIR (owned by us, mode\n"
+	"                        0700) and load it from there when the same filter\n"
+	"                        is asked again\n"
 	"  --budget-cpu-ms N     the whole run (every process) may use N ms of CPU\n"
 	"  --budget-memory-kb N  the run's processes together may hold N KiB\n"
 	"  --budget-poll-ms N    how often the budgets are checked (1..1000,\n"
@@ -89,10 +97,16 @@ static const char help_text[] =
 	"  --probe               print what this host allows, one line each\n"
 	"  --kill-uid U          kill every process of uid U (not 0) and exit;\n"
 	"                        root only\n"
+	"  --hold-net            make an empty network namespace (in a user\n"
+	"                        namespace when needed, as --userns says), print\n"
+	"                        \"ready\" and keep it until the parent dies, a\n"
+	"                        signal, or EOF on a pipe or socket stdin\n"
 	"  --help                this text\n"
 	"\n"
 	"Options also take the --opt=VALUE form. PROGRAM is used as given (no PATH\n"
-	"search). --probe, --kill-uid and --help take no other option.\n"
+	"search). --probe, --kill-uid and --help take no other option; --hold-net\n"
+	"takes only --userns, --parent-pid and --held (the holder re-executes\n"
+	"itself with it once its namespaces are made).\n"
 	"\n"
 	"exit status: the program's exit code, or its terminating signal re-raised on\n"
 	"the launcher (no core dump); a run ended by SIGTERM, SIGINT or SIGHUP to the\n"
@@ -295,9 +309,10 @@ enum opt {
 	O_REPORT_FD, O_PARENT_PID, O_NET, O_USERNS, O_UID, O_GID, O_RLIMIT, O_ENV, O_CHDIR,
 	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_KILL_UID,
 	O_LANDLOCK, O_FS_RO, O_FS_RW, O_SECCOMP, O_DENY_SYSCALL, O_BUDGET_CPU, O_BUDGET_MEM,
-	O_BUDGET_POLL, O_CGROUP,
+	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE,
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_CGROUP_REQUIRE,
-	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_COUNT
+	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD,
+	O_COUNT
 };
 
 static const struct {
@@ -327,6 +342,8 @@ static const struct {
 	[O_BUDGET_MEM] = { "--budget-memory-kb", 1, 0 },
 	[O_BUDGET_POLL] = { "--budget-poll-ms", 1, 0 },
 	[O_CGROUP] = { "--cgroup", 1, 0 },
+	[O_NET_JOIN] = { "--net-join", 1, 0 },
+	[O_SECCOMP_CACHE] = { "--seccomp-cache", 1, 0 },
 	[O_DENY_TCP] = { "--deny-tcp", 0, 0 },
 	[O_SCOPE] = { "--scope", 0, 0 },
 	[O_DENY_SOCKETS] = { "--deny-sockets", 0, 0 },
@@ -338,6 +355,8 @@ static const struct {
 	[O_NO_SWEEP_UID] = { "--no-sweep-uid", 0, 0 },
 	[O_PROBE] = { "--probe", 0, 0 },
 	[O_HELP] = { "--help", 0, 0 },
+	[O_HOLD_NET] = { "--hold-net", 0, 0 },
+	[O_HELD] = { "--held", 0, 0 },
 };
 
 static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_t errlen)
@@ -438,6 +457,18 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 			return fail(err, errlen, "--cgroup: the path is too long");
 		p->cgroup = v;
 		return 0;
+	case O_NET_JOIN:
+		if (number("--net-join", v, 1, INT_MAX, &n, err, errlen))
+			return -1;
+		p->net_join = (pid_t)n;
+		return 0;
+	case O_SECCOMP_CACHE:
+		if (!*v || v[0] != '/')
+			return fail(err, errlen, "--seccomp-cache: '%.64s' is not an absolute path", v);
+		if (strlen(v) >= PATH_MAX - 64)
+			return fail(err, errlen, "--seccomp-cache: the path is too long");
+		p->seccomp_cache = v;
+		return 0;
 	case O_DENY_TCP:
 		p->deny_tcp = 1;
 		return 0;
@@ -471,6 +502,12 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 	case O_HELP:
 		p->mode = PLAN_HELP;
 		return 0;
+	case O_HOLD_NET:
+		p->mode = PLAN_HOLD_NET;
+		return 0;
+	case O_HELD:
+		p->held = 1;
+		return 0;
 	case O_COUNT:
 		break;
 	}
@@ -481,7 +518,8 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 {
 	int seen[O_COUNT] = { 0 };
 	int nopts = 0;
-	int alone = -1;         /* the first of --probe, --kill-uid, --help: takes nothing else */
+	int alone = -1;         /* the first of --probe, --kill-uid, --help, --hold-net: a mode of
+				 * its own, with no PROGRAM */
 	int dashdash = 0;
 	int i;
 	size_t n;
@@ -545,7 +583,7 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		}
 		seen[o] = 1;
 		nopts++;
-		if (alone < 0 && (o == O_PROBE || o == O_KILL_UID || o == O_HELP))
+		if (alone < 0 && (o == O_PROBE || o == O_KILL_UID || o == O_HELP || o == O_HOLD_NET))
 			alone = o;
 		if (apply_opt(p, (enum opt)o, v, err, errlen))
 			goto bad;
@@ -560,12 +598,27 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		goto bad;
 	}
 	/* --help does not win over a bad or conflicting option: every option was checked above. */
+	if (alone == O_HOLD_NET) {
+		/* the holder takes how to make its namespaces, and its parent */
+		if (nopts != 1 + seen[O_USERNS] + seen[O_PARENT_PID] + seen[O_HELD] || dashdash ||
+		    i < argc) {
+			fail(err, errlen, "--hold-net takes only --userns, --parent-pid and --held, and "
+			     "no PROGRAM");
+			goto bad;
+		}
+		p->mode = PLAN_HOLD_NET;
+		return 0;
+	}
 	if (alone >= 0) {
 		if (nopts != 1 || dashdash || i < argc) {
 			fail(err, errlen, "%s takes no other option and no PROGRAM", opts[alone].name);
 			goto bad;
 		}
 		return 0;
+	}
+	if (seen[O_HELD]) {
+		fail(err, errlen, "--held goes with --hold-net");
+		goto bad;
 	}
 	if (seen[O_UID] != seen[O_GID]) {
 		fail(err, errlen, "--uid and --gid go together");
@@ -587,6 +640,14 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	}
 	if (seen[O_DENY_SOCKETS] && seen[O_DENY_SOCKETS_NONS]) {
 		fail(err, errlen, "--deny-sockets and --deny-sockets-without-netns conflict");
+		goto bad;
+	}
+	if (p->net_join && p->net == PLAN_NET_HOST) {
+		fail(err, errlen, "--net-join needs --net new|require (what to do when it cannot join)");
+		goto bad;
+	}
+	if (p->seccomp_cache && p->seccomp == PLAN_MECH_OFF) {
+		fail(err, errlen, "--seccomp-cache needs --seccomp auto|require");
 		goto bad;
 	}
 	if (p->cgroup_require && !p->cgroup) {

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-enum plan_mode { PLAN_RUN, PLAN_PROBE, PLAN_HELP, PLAN_KILL_UID };
+enum plan_mode { PLAN_RUN, PLAN_PROBE, PLAN_HELP, PLAN_KILL_UID, PLAN_HOLD_NET };
 enum plan_net { PLAN_NET_HOST, PLAN_NET_NEW, PLAN_NET_REQUIRE };
 enum plan_userns { PLAN_USERNS_AUTO, PLAN_USERNS_NEVER, PLAN_USERNS_ALWAYS };
 /* --landlock, --seccomp: off (default), auto (what the kernel offers; the rest is reported as
@@ -54,6 +54,8 @@ struct plan {
 	int report_fd;              /* -1: no report */
 	pid_t parent_pid;           /* 0: not checked */
 	enum plan_net net;
+	pid_t net_join;             /* --net-join PID: join the namespace that holder keeps; 0: no */
+	int held;                   /* PLAN_HOLD_NET with --held: the namespaces are made (ns.c) */
 	int pidns;                  /* 1: --pidns */
 	enum plan_userns userns;
 	int has_ids;                /* 1: --uid and --gid were given */
@@ -80,8 +82,9 @@ struct plan {
 	const char *deny_syscall[PLAN_SYSCALLS_MAX];  /* names, [a-z0-9_], answered EPERM */
 	size_t ndeny_syscall;
 	int deny_sockets;           /* socket() of any family but AF_UNIX: EPERM; 1: --deny-sockets,
-				 * 2: --deny-sockets-without-netns (only when no network
-				 * namespace was made) */
+				 * 2: --deny-sockets-without-netns (only when the run has no
+				 * network namespace of its own: none, or a shared one) */
+	const char *seccomp_cache;  /* --seccomp-cache DIR: the built filter is kept there; NULL */
 	/* Whole-run budgets (budget.c), enforced by the supervisor; 0: none. */
 	unsigned long long budget_cpu_ms;       /* CPU time of every process of the run */
 	unsigned long long budget_memory_kb;    /* resident memory of the run's processes, summed */

@@ -1,8 +1,11 @@
 /* report.c: the report on --report-fd, errno names and actionable messages.
  *
  * Everything here is async-signal-safe (no stdio, no malloc, no locale): the program child uses
- * it between fork and execve. Each line is built in a stack buffer and sent with one write(),
- * which is atomic on a pipe because it is shorter than PIPE_BUF.
+ * it between fork and execve. Each line is built in a stack buffer. Lines to the report fd are
+ * gathered in a static buffer of PIPE_BUF bytes and written together (report_flush), each write
+ * atomic on a pipe: a run's thirty-odd lines take a handful of writes, so the host wakes a
+ * handful of times instead of once per line. The buffer remembers which process filled it: a
+ * child inherits its parent's lines with fork() and must not write them again.
  */
 #include "launch.h"
 
@@ -15,6 +18,13 @@
 _Static_assert(REPORT_LINE_MAX <= PIPE_BUF, "a report line must fit in one atomic write");
 
 static int report_fd = -1;
+
+/* Lines not yet written, and the process they belong to. */
+static struct {
+	pid_t owner;
+	size_t len;
+	char buf[PIPE_BUF];
+} pending;
 
 void report_set_fd(int fd)
 {
@@ -69,21 +79,48 @@ void line_errname(struct line *l, int err)
 	}
 }
 
-void line_send(struct line *l, int fd)
+static void write_all(int fd, const char *buf, size_t len)
 {
 	size_t off = 0;
 
-	if (fd < 0)
-		return;
-	l->buf[l->len++] = '\n';
-	while (off < l->len) {
-		ssize_t n = write(fd, l->buf + off, l->len - off);
+	while (off < len) {
+		ssize_t n = write(fd, buf + off, len - off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			break;          /* EPIPE etc.: the reader is gone, nothing to do */
 		off += (size_t)n;
+	}
+}
+
+void report_flush(void)
+{
+	if (pending.len == 0 || pending.owner != getpid())
+		return;         /* nothing, or a parent's lines (a vfork child must not touch them) */
+	if (report_fd >= 0)
+		write_all(report_fd, pending.buf, pending.len);
+	pending.len = 0;
+}
+
+void line_send(struct line *l, int fd)
+{
+	if (fd < 0)
+		return;
+	l->buf[l->len++] = '\n';
+	if (fd == report_fd) {
+		pid_t self = getpid();
+
+		if (pending.owner != self) {    /* inherited from a parent: theirs to write */
+			pending.owner = self;
+			pending.len = 0;
+		}
+		if (pending.len + l->len > sizeof pending.buf)
+			report_flush();
+		memcpy(pending.buf + pending.len, l->buf, l->len);
+		pending.len += l->len;
+	} else {
+		write_all(fd, l->buf, l->len);
 	}
 	l->len--;
 }
@@ -155,6 +192,7 @@ void report_fatal(enum what w, int err, const char *detail)
 	}
 	line_add(&l, explain(w, err));
 	line_send(&l, report_fd);
+	report_flush();         /* an exit follows */
 }
 
 void report_pid(pid_t pid)
@@ -164,6 +202,7 @@ void report_pid(pid_t pid)
 	line_start(&l, "pid ");
 	line_num(&l, (unsigned long long)pid);
 	line_send(&l, report_fd);
+	report_flush();         /* the program runs: the host may see what was applied */
 }
 
 void report_status(int wstatus)
@@ -250,6 +289,7 @@ static const char *const steps[W_COUNT] = {
 	[W_LANDLOCK_SCOPE] = "landlock-scope",
 	[W_SECCOMP] = "seccomp",
 	[W_CGROUP] = "cgroup",
+	[W_SHARED_NET] = "shared-netns",
 };
 
 const char *what_step(enum what w)
@@ -518,6 +558,11 @@ const char *explain(enum what w, int err)
 		if (err == EFAULT)
 			return "the kernel could not read the filter";
 		return "libseccomp could not build the filter";
+	case W_SHARED_NET:
+		return "the run joined a network namespace shared with other runs, whose loopback "
+		       "and abstract unix sockets it may reach only without inet sockets (the seccomp "
+		       "filter) and with abstract unix sockets scoped (Landlock): one of them could "
+		       "not be applied, so nothing runs";
 	case W_RLIMIT:
 	case W_COUNT:
 		break;

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,10 +105,36 @@ struct prog {
 	int wstatus;
 };
 
+/* C is started as posix_spawn() does: clone(CLONE_VM | CLONE_VFORK) on a stack of its own. It
+ * runs in our memory, without a copy of it, until its execve() (or _exit), and we wait meanwhile:
+ * no page tables copied, no copy-on-write fault in either process, no copied memory to tear
+ * down at its execve. The supervisor would only wait for that execve anyway (prog_read). What C
+ * changes of its own (fds, working directory, signal dispositions, credentials, rlimits,
+ * Landlock, seccomp) is its own: CLONE_FILES, CLONE_FS, CLONE_SIGHAND and CLONE_THREAD are not
+ * given. Its writes to memory (the report buffer, errno, its stack below) are ours to ignore;
+ * child.c calls nothing that allocates or takes a lock. corral-zygote's C, which runs the program
+ * in place of execve, is an ordinary fork. */
+#define CHILD_STACK (256 * 1024)
+
+static struct {
+	struct launch *L;
+	pid_t parent;
+	int rfd, wfd;
+	char stack[CHILD_STACK] __attribute__((aligned(16)));
+} spawn;
+
+static int child_entry(void *unused)
+{
+	(void)unused;
+	close(spawn.rfd);
+	if (spawn.L->sigfd >= 0)
+		close(spawn.L->sigfd);
+	child_run(spawn.L, spawn.parent, spawn.wfd);
+}
+
 static int prog_start(struct launch *L, struct prog *c)
 {
 	int fds[2];
-	pid_t parent = getpid();
 	int err;
 
 	memset(c, 0, sizeof *c);
@@ -116,14 +143,24 @@ static int prog_start(struct launch *L, struct prog *c)
 		report_fatal(W_PIPE, errno, NULL);
 		return -1;
 	}
-	c->pid = fork();
-	if (c->pid == 0) {
-		close(fds[0]);
-		if (L->sigfd >= 0)
-			close(L->sigfd);
-		child_run(L, parent, fds[1]);
+	report_flush();         /* our lines before the program's */
+	spawn.L = L;
+	spawn.parent = getpid();
+	spawn.rfd = fds[0];
+	spawn.wfd = fds[1];
+	if (L->run_program) {
+		/* corral-zygote: C never calls execve, it runs the program in the warm interpreter,
+		 * so it needs memory of its own (and we must not wait for it meanwhile) */
+		c->pid = fork();
+		if (c->pid == 0)
+			child_entry(NULL);
+	} else {
+		c->pid = clone(child_entry, spawn.stack + sizeof spawn.stack,
+			       CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
 	}
 	err = errno;
+	/* C changing its euid may have set the memory's dumpable flag (fs.suid_dumpable): ours */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	close(fds[1]);
 	if (c->pid < 0) {
 		close(fds[0]);
@@ -250,6 +287,7 @@ static int init_wait(struct prog *c)
 			return 0;
 		if (budget_check())
 			return 1;
+		report_flush();
 		ms = budget_wait_ms();
 		if (ms >= 0) {
 			struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
@@ -303,6 +341,7 @@ static NORETURN void init_main(struct launch *L, int outfd)
 			init_kill_all(&c);
 		prog_finish(&c, &o);
 	}
+	report_flush();
 	do
 		n = write(outfd, &o, sizeof o);
 	while (n < 0 && errno == EINTR);
@@ -325,6 +364,7 @@ static void run_pidns(struct launch *L, struct outcome *out)
 		report_fatal(W_PIPE, errno, NULL);
 		goto setup_failed;
 	}
+	report_flush();         /* our lines before the init's */
 	b = fork();
 	if (b == 0) {
 		close(sp[0]);
@@ -435,6 +475,7 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 			{ c.errfd, POLLIN, 0 },         /* -1 after EOF: ignored */
 		};
 
+		report_flush();
 		if (poll(fds, 2, budget_wait_ms()) < 0 && errno != EINTR)
 			stop = 1;       /* cannot wait properly: end the run rather than spin */
 		if (fds[1].revents && c.errfd >= 0)
@@ -465,6 +506,7 @@ void supervise_run(struct launch *L, struct outcome *out)
 /* Exit as the program did: its code, or its signal on ourselves (no core dump). */
 NORETURN void outcome_exit(const struct outcome *out)
 {
+	report_flush();
 	if (out->kind == OUTCOME_SIGNAL) {
 		int sig = out->value;
 		struct rlimit zero = { 0, 0 };

@@ -95,7 +95,8 @@ static void filter_prepare(const struct zygote *z, const struct plan *p)
 	memset(&L, 0, sizeof L);
 	L.plan = p;
 	L.netns = z->ns.net_got;
-	key = filter_key(p, p->deny_sockets == 1 || (p->deny_sockets == 2 && !L.netns));
+	key = filter_key(p, p->deny_sockets == 1 ||
+				(p->deny_sockets == 2 && (!L.netns || ns_net_shared())));
 	for (i = 0; key && i < nfilters; i++) {
 		if (strcmp(filters[i].key, key) == 0) {
 			if (loaded != &filters[i])

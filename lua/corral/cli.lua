@@ -188,6 +188,8 @@ local function cmd_run(args)
     opts.stdin_file = nil
   end
   local corral = require "corral"
+  -- one run per process: a holder of a shared network namespace would only add its start
+  require("corral.host").set_share_network(false)
   local ok, res, rerr, rcode = pcall(corral.run_python, code, opts)
   if not ok then
     -- a bad option value: the message names it

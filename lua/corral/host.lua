@@ -2,6 +2,9 @@
 -- The capability probe runs `corral-launch --probe` the first time it is needed and is cached for
 -- the life of the process: no probe process per run. Sandbox uids are taken from a range with an
 -- in-process set plus an flock per uid, so concurrent controllers on one machine never share one.
+-- The shared network namespace (policies with `network = "shared"`) is kept by a holder process,
+-- `corral-launch --hold-net`, started on the first run that wants it, restarted when it died,
+-- and gone with the controller.
 local core = require "corral.core"
 local paths = require "corral.paths"
 
@@ -9,6 +12,10 @@ local M = {}
 
 local cache = {}          -- probe results, interpreter paths
 local uids_in_use = {}    -- uid → lock object
+-- user namespace mode → { proc, pid, netns } (a live holder) or { failed = message }; kept by
+-- reset(): a holder belongs to the process, not to what it learnt of the host
+local holders = {}
+local share_network = true
 
 local function shell_quote(s)
   return "'" .. s:gsub("'", "'\\''") .. "'"
@@ -255,10 +262,13 @@ function M.sweep_stale(tmp_dir)
     if name:match("^corral%-[%w]+$") and #name == 13 then
       local dir = tmp_dir .. "/" .. name
       local st = core.lstat(dir)
+      -- the flock is on the directory itself, or (run directories of earlier versions) on its
+      -- .lock; one younger than a minute may belong to a run that has not taken its flock yet
       local lst = st and st.type == "directory" and st.uid == core.geteuid() and core.lstat(dir .. "/.lock")
-      -- a .lock younger than a minute may belong to a run that has not taken its flock yet
-      if lst and lst.type == "file" and core.time() - lst.mtime > 60 then
-        local lock = core.lock(dir .. "/.lock")
+      local target = lst and lst.type == "file" and dir .. "/.lock" or dir
+      local age_of = (lst and lst.type == "file") and lst or st
+      if st and st.type == "directory" and st.uid == core.geteuid() and core.time() - age_of.mtime > 60 then
+        local lock = core.lock(target)
         if lock then
           if core.rmtree(dir) then removed = removed + 1 end
           lock:close()
@@ -272,6 +282,85 @@ end
 --- Forget cached probe results (tests and `corral probe --fresh`).
 function M.reset()
   cache = {}
+end
+
+-- ---- the shared network namespace ----
+
+local READY_WAIT_S = 2    -- the holder execs itself twice and unshares: milliseconds, normally
+
+--- Whether policies with `network = "shared"` share one namespace in this process (default) or
+-- give each run its own. The CLI (one run per process) turns it off: a holder would only cost.
+function M.set_share_network(on)
+  share_network = on and true or false
+end
+
+local function own_netns()
+  if not cache.netns then cache.netns = core.readlink("/proc/self/ns/net") end
+  return cache.netns
+end
+
+-- The holder's network namespace while it is alive and in it; nil, code otherwise ("ENOENT":
+-- gone or a zombie; "EACCES": not yet in its own user namespace).
+local function holder_netns(pid)
+  local ns, _, code = core.readlink("/proc/" .. pid .. "/ns/net")
+  if not ns then return nil, code end
+  if ns == own_netns() then return nil, "EAGAIN" end
+  return ns
+end
+
+--- The pid of the process that keeps this controller's shared network namespace, for runs under
+-- user namespace mode `userns` ("auto", "never", "always"), started on first use and again when
+-- it died. It runs `corral-launch --hold-net`, does not keep the loop running (`ref = false`),
+-- dies with the controller (PR_SET_PDEATHSIG, and the loop kills it when it is collected).
+-- @return pid, or nil and a message when none can be had (runs then make their own namespace)
+function M.net_holder(userns)
+  if not share_network then return nil, "not shared in this process" end
+  local h = holders[userns]
+  if h and h.failed then return nil, h.failed end
+  if h and holder_netns(h.pid) == h.netns then return h.pid end
+  if h then h.proc:kill() end
+  local basics, err = M.basics()
+  if not basics then return nil, err end
+  local proc, serr = core.spawn {
+    file = basics.launcher,
+    args = { "--hold-net", "--userns", userns, "--parent-pid", tostring(core.getpid()) },
+    stdout_cap = 1024, stderr_cap = 1024, grace = 0, ref = false,
+    on_exit = function(res)
+      local cur = holders[userns]
+      if not cur or cur.pid ~= res.pid then return end       -- already replaced
+      -- a fatal line (exit 125): the namespaces are refused here; do not try again
+      local said = res.stdout:match("fatal (%S+ %S+[^\n]*)")
+      holders[userns] = said and { failed = "the holder could not make its namespace: " .. said } or nil
+    end,
+  }
+  if not proc then return nil, serr end
+  local pid = proc:pid()
+  h = { proc = proc, pid = pid }
+  holders[userns] = h
+  -- wait (busy: this may run inside a loop callback) until it is in its namespace
+  local deadline = core.hrtime() + READY_WAIT_S
+  repeat
+    local ns, code = holder_netns(pid)
+    if ns then h.netns = ns return pid end
+    if code ~= "EACCES" and code ~= "EAGAIN" then break end
+  until core.hrtime() > deadline
+  proc:kill()
+  holders[userns] = { failed = "the holder did not make its namespace" }
+  return nil, holders[userns].failed
+end
+
+--- A run could not join the holder's namespace (`refused shared-netns ERRNO message` in its
+-- report). Gone or not ready: the next run starts another. Refused for good (setns() denied by a
+-- container's seccomp profile, no pidfd, a Landlock too old to scope): stop asking.
+function M.net_holder_refused(userns, pid, errno, message)
+  local h = holders[userns]
+  if not h or h.pid ~= pid then return end
+  h.proc:kill()
+  if errno == "ESRCH" or errno == "EAGAIN" then
+    holders[userns] = nil
+  else
+    holders[userns] = { failed = errno .. " " .. tostring(message) }
+  end
 end
 
 return M

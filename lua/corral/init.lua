@@ -62,8 +62,8 @@ local function make_run(pol, opts, code, host)
   local top, err, ecode = core.mkdtemp(tmp_dir .. "/corral-XXXXXX")
   if not top then cleanup(run) return nil, err, ecode end
   run.top = top
-  -- held for the run's life: tells a later sweep that this directory has a live owner
-  run.lock, err, ecode = core.lock(top .. "/.lock")
+  -- held for the run's life on the directory itself: tells a later sweep that it has a live owner
+  run.lock, err, ecode = core.lock(top)
   if not run.lock then cleanup(run) return nil, err, ecode end
   run.code_dir = top .. "/code"
   run.code_path = run.code_dir .. "/" .. (pol.code_name or "main.py")
@@ -117,6 +117,7 @@ local function launch(what, code, opts, on_done, extra)
   if pol.warm then
     zygote, err, ecode = warm.get(pol, o)
     if not zygote then cleanup(run) return nil, err, ecode end
+    run.zygote = true
   end
   -- from here on the run holds a directory, a lock and maybe a uid: any error (a policy's
   -- launch_args is operator code) must give them back

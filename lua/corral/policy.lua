@@ -14,17 +14,19 @@
 -- caller may ask for, per option), `clamp` (true: lower an option over its maximum and say so in
 -- `result.clamped`; false: refuse the run naming the option), `python_path` (where an interpreter
 -- name is looked up), `python_args`, `env` (the sandbox's environment before HOME/TMPDIR),
--- `network` ("new" or "host"), `pid_namespace`, `user_namespace` ("auto", "never", "always"), `uid_range` ({first, last}, used when the
+-- `network` ("new": a network namespace per run, "shared": one for every run of this controller,
+-- "host"), `pid_namespace`, `user_namespace` ("auto", "never", "always"), `uid_range` ({first, last}, used when the
 -- controller is root), `tmp_dir`, `tmpfs` (path → MiB: fresh scratch mounts, with a PID
 -- namespace), `work_mb` (the work dir as a tmpfs of this size), `kill_on_overflow`, `grace`,
 -- `tail_bytes`, `code_name`.
 -- Hardening: `filesystem` ("off", "auto", "require": Landlock), `fs_read` and `fs_write` (paths
 -- the program may read and execute, or also write, besides the interpreter's own directories,
--- the code and the work dir), `deny_tcp` (Landlock's TCP wall: true with `network = "new"`,
+-- the code and the work dir), `deny_tcp` (Landlock's TCP wall: true with `network = "new"` or "shared",
 -- "always" with the host network too), `scope`
 -- (Landlock scoping of signals and abstract unix sockets), `seccomp` ("off", "auto", "require"),
 -- `deny_syscalls` (names answered EPERM), `deny_sockets` ("always", "without-netns", "never":
--- socket() of every family but AF_UNIX), `budgets` ("off", "poll", "cgroup", "auto": whole-run
+-- socket() of every family but AF_UNIX), `seccomp_cache` (default true: the built filter is kept
+-- in the controller's private lock directory and loaded from there by the next runs), `budgets` ("off", "poll", "cgroup", "auto": whole-run
 -- CPU and memory), `budget_poll_ms`, `cgroup` (a delegated cgroup v2 directory),
 -- `protect_controller` (default true: the controller is made non-dumpable before its first run).
 -- Speed: `warm` (false, or `{preload = {module names}}`: runs are forked from a pre-started
@@ -89,7 +91,7 @@ local function check_strings(self, field, t, keyed)
 end
 
 local MECH = { off = true, auto = true, require = true }
-local ENUMS = { network = { new = true, host = true },
+local ENUMS = { network = { new = true, shared = true, host = true },
                 user_namespace = { auto = true, never = true, always = true },
                 filesystem = MECH, seccomp = MECH,
                 deny_sockets = { always = true, ["without-netns"] = true, never = true },
@@ -157,9 +159,10 @@ function Policy:check()
   if self.deny_tcp ~= nil and self.deny_tcp ~= "always" and type(self.deny_tcp) ~= "boolean" then
     fail(self, "deny_tcp", "must be true, false or \"always\"")
   end
-  for _, k in ipairs({ "scope", "protect_controller" }) do
+  for _, k in ipairs({ "scope", "protect_controller", "seccomp_cache" }) do
     if self[k] ~= nil then check_kind(self, k, self[k], "boolean") end
   end
+
   if self.deny_syscalls ~= nil then
     check_strings(self, "deny_syscalls", self.deny_syscalls)
     for _, name in ipairs(self.deny_syscalls) do
@@ -224,7 +227,8 @@ function Policy:prepare(opts, host)
   local python, err, code = require("corral.host").interpreter(o.python or "python3", self.python_path)
   if not python then return nil, err, code end
   o.python_exe = python
-  if o.require_network_isolation and self.network ~= "new" and not self.wrapper_isolates_network then
+  if o.require_network_isolation and self.network ~= "new" and self.network ~= "shared"
+    and not self.wrapper_isolates_network then
     return nil, "ENOTSUP: network isolation was required but policy '" .. tostring(self.name)
       .. "' keeps the host network", "ENOTSUP"
   end
@@ -298,12 +302,37 @@ function Policy:filesystem_rules(opts, run)
   return ro, rw
 end
 
+--- Whether runs of this policy may join the controller's shared network namespace: `network =
+-- "shared"`, and the walls that keep concurrent runs apart in it (their loopback and abstract
+-- unix sockets are shared): the seccomp filter refusing every socket but AF_UNIX, and Landlock
+-- scoping abstract unix sockets. Without them each run gets its own namespace, as with "new".
+function Policy:shares_network()
+  return self.network == "shared" and self.seccomp ~= nil and self.seccomp ~= "off"
+    and (self.deny_sockets == "always" or self.deny_sockets == "without-netns")
+    and self.filesystem ~= nil and self.filesystem ~= "off" and self.scope ~= false
+end
+
 --- The launcher's argument vector for one run.
 function Policy:launch_args(opts, run, host)
   local function int(n) return string.format("%d", math.floor(n)) end
   local a = { "--report-fd", "3", "--parent-pid", tostring(core.getpid()) }
-  local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
-  if self.network == "new" then add("--net", opts.require_network_isolation and "require" or "new") end
+  local n = #a
+  local function add(x, y, z, w)   -- one to four arguments, without a table per call
+    n = n + 1; a[n] = x
+    if y then n = n + 1; a[n] = y end
+    if z then n = n + 1; a[n] = z end
+    if w then n = n + 1; a[n] = w end
+  end
+  -- (a run forked by a zygote is in the zygote's namespace, shared by its runs)
+  local own_netns = self.network == "new" or self.network == "shared"
+  if own_netns then add("--net", opts.require_network_isolation and "require" or "new") end
+  if self:shares_network() and not run.zygote then
+    -- the controller's shared namespace; without a holder the run makes its own
+    local hostm = require("corral.host")
+    run.holder_userns = self.user_namespace or "auto"
+    run.net_join = hostm.net_holder(run.holder_userns)
+    if run.net_join then add("--net-join", tostring(run.net_join)) end
+  end
   add(self.pid_namespace and "--pidns" or "--no-pidns")
   if self.user_namespace then add("--userns", self.user_namespace) end
   if run.uid then add("--uid", tostring(run.uid), "--gid", tostring(run.gid)) end
@@ -326,7 +355,7 @@ function Policy:launch_args(opts, run, host)
     local ro, rw = self:filesystem_rules(opts, run)
     for _, p in ipairs(ro) do add("--fs-ro", p) end
     for _, p in ipairs(rw) do add("--fs-rw", p) end
-    if self.deny_tcp == "always" or (self.deny_tcp and self.network == "new") then add("--deny-tcp") end
+    if self.deny_tcp == "always" or (self.deny_tcp and own_netns) then add("--deny-tcp") end
     if self.scope ~= false then add("--scope") end
   end
   if self.seccomp and self.seccomp ~= "off" then
@@ -334,8 +363,12 @@ function Policy:launch_args(opts, run, host)
     for _, name in ipairs(self.deny_syscalls or {}) do add("--deny-syscall", name) end
     if self.deny_sockets == "always" then
       add("--deny-sockets")
-    elseif self.deny_sockets == "without-netns" and self.network == "new" then
+    elseif self.deny_sockets == "without-netns" and own_netns then
       add("--deny-sockets-without-netns")
+    end
+    if self.seccomp_cache ~= false then
+      local dir = require("corral.host").lock_dir()
+      if dir then add("--seccomp-cache", dir) end
     end
   end
   if self.budgets and self.budgets ~= "off" then
@@ -401,7 +434,8 @@ local EXTRA_NAMES = {
   { "session", "session" }, { "die-with-parent", "die-with-parent" },
   { "pid-namespace", "pid-namespace" }, { "private-ipc", "private-ipc" }, { "private-proc", "private-proc" },
   { "private-tmp", "private-tmp" }, { "work-tmpfs", "work-tmpfs" }, { "subreaper", "subreaper" },
-  { "user-namespace", "user-namespace" }, { "uid", "run-uid" }, { "no-new-privs", "no-new-privs" },
+  { "user-namespace", "user-namespace" }, { "shared-netns", "shared-netns" }, { "uid", "run-uid" },
+  { "no-new-privs", "no-new-privs" },
   { "closed-fds", "closed-fds" },
   { "filesystem", "filesystem" }, { "landlock-net", "landlock-net" },
   { "scoped-signals", "scoped-signals" }, { "scoped-abstract-unix", "scoped-abstract-unix" },
@@ -439,6 +473,11 @@ end
 -- @return result, or nil, message, code when the sandbox itself failed
 function Policy:result(raw, opts, run, host)
   local rep = report.parse(raw.report)
+  local refused_share = run.net_join and rep.refused["shared-netns"]
+  if refused_share then
+    require("corral.host").net_holder_refused(run.holder_userns, run.net_join, refused_share.errno,
+      refused_share.message)
+  end
   if rep.fatal then
     local f = rep.fatal
     if f.step == "no-network" and opts.require_network_isolation then

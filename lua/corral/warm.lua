@@ -25,7 +25,8 @@ local uses = 0
 function M.args(pol, opts, env)
   local a = { "--control-fd", "3", "--parent-pid", tostring(core.getpid()), "--python", opts.python_exe }
   local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
-  add("--net", pol.network == "new" and "new" or "host")
+  -- "new" or "shared": the zygote makes one namespace, which its runs share
+  add("--net", pol.network == "host" and "host" or "new")
   if pol.user_namespace then add("--userns", pol.user_namespace) end
   local preload = pol.warm and pol.warm.preload or {}
   if #preload > 0 then add("--preload", table.concat(preload, ",")) end

@@ -247,8 +247,9 @@ S.variants = {
   ["host-net"] = { network = "host", deny_tcp = "always" },
   -- no seccomp filter: what the supervisor does when the program may ptrace
   ["no-seccomp"] = { seccomp = "off" },
-  -- the network namespace as the only network wall (no Landlock TCP denial)
-  ["netns-only"] = { deny_tcp = false },
+  -- the network namespace (one of the run's own: a shared one comes with the seccomp socket
+  -- filter) as the only network wall (no Landlock TCP denial)
+  ["netns-only"] = { deny_tcp = false, network = "new" },
   -- no private mounts and no Landlock: the suite's own checks must see what a run leaves
   ["host-work-open"] = { tmpfs = {}, work_mb = false, filesystem = "off" },
   -- no scratch mounts and the work dir on the host: the clean-up faces what the program planted
