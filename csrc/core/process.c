@@ -246,12 +246,10 @@ void corral_run_zygote_pid(corral_run *r, int pid) {
 }
 
 void corral_run_zygote_exit(corral_run *r, int exit_status, int term_signal) {
-  r->zl = NULL; /* freed by zygote.c */
   if (!r->exited) run_exited(r, exit_status, term_signal);
 }
 
 void corral_run_zygote_failed(corral_run *r, const char *why) {
-  r->zl = NULL;
   if (r->zerror == NULL) r->zerror = strdup(why ? why : "failed");
   if (r->exited) return;
   if (r->pid > 0) signal_group(r, SIGKILL); /* A dies with its zygote; its group may not */

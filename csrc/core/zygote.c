@@ -108,11 +108,17 @@ void corral_zlink_free(struct corral_zlink *k) {
 }
 
 /* Tell the run that it ended without an exit status from the zygote. */
-static void link_fail(struct corral_zlink *k, const char *why) {
-  struct corral_run *r = k->run;
+/* The link stays the run's (freed with it, by corral_zlink_free), detached from the zygote,
+ * which may be freed before the run. */
+static void link_detach(struct corral_zlink *k) {
   link_drop_request(k);
   link_unlink(k);
-  k->z = NULL; /* the zygote may be freed before the run */
+  k->z = NULL;
+}
+
+static void link_fail(struct corral_zlink *k, const char *why) {
+  struct corral_run *r = k->run;
+  link_detach(k);
   k->run = NULL;
   if (r != NULL) corral_run_zygote_failed(r, why);
 }
@@ -229,8 +235,7 @@ static void on_message(struct corral_zygote *z, char *buf, size_t n) {
     uint64_t st;
     struct corral_run *r = k->run;
     if (parse_u64(s[2], &st) != 0 || st > INT32_MAX) return;
-    link_unlink(k);
-    k->z = NULL;
+    link_detach(k);
     k->run = NULL;
     if (WIFSIGNALED((int)st))
       corral_run_zygote_exit(r, 0, WTERMSIG((int)st));
@@ -275,15 +280,22 @@ static void poll_cb(uv_poll_t *h, int status, int events) {
 
 /* ---- life ------------------------------------------------------------------------------------ */
 
+static void zygote_free(struct corral_zygote *z) {
+  free(z->info);
+  free(z);
+}
+
+/* The C memory goes when both handles are closed and the userdata has let go (closed or
+ * collected): until then z:state() and z:info() still read it. */
 static void zygote_closed(uv_handle_t *h) {
   struct corral_zygote *z = (struct corral_zygote *)h->data;
   if (--z->handles > 0) return;
   if (z->prevp) {
     *z->prevp = z->next;
     if (z->next) z->next->prevp = z->prevp;
+    z->prevp = NULL;
   }
-  free(z->info);
-  free(z);
+  if (z->ud == NULL) zygote_free(z);
 }
 
 static void close_socket(struct corral_zygote *z) {
@@ -338,10 +350,14 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
 
 /* Close from Lua (or __gc): no new runs; the zygote is told to exit once its runs are done. */
 static void zygote_close(struct corral_zygote *z) {
-  if (z->closing) return;
-  z->closing = 1;
   if (z->ud) z->ud->z = NULL;
   z->ud = NULL;
+  if (z->handles == 0) { /* all closed already (it exited): nothing else holds it */
+    zygote_free(z);
+    return;
+  }
+  if (z->closing) return;
+  z->closing = 1;
   z->draining = 1;
   zygote_update(z);
 }
@@ -350,7 +366,7 @@ void corral_zygote_shutdown(corral_loop *cl) {
   struct corral_zygote *z;
   for (z = cl->zygotes; z != NULL; z = z->next) {
     if (z->ud) z->ud->z = NULL;
-    z->ud = NULL;
+    z->ud = NULL; /* freed by zygote_closed below (a zygote in this list has open handles) */
     z->closing = 1;
     if (z->process_init && !z->exited && z->pid > 0) {
       int st;
@@ -363,12 +379,7 @@ void corral_zygote_shutdown(corral_loop *cl) {
     if (z->process_init && !uv_is_closing((uv_handle_t *)&z->process))
       uv_close((uv_handle_t *)&z->process, zygote_closed);
     /* the links stay: their runs are shut down by corral_runs_shutdown, which kills A */
-    while (z->links != NULL) {
-      struct corral_zlink *k = z->links;
-      link_drop_request(k);
-      link_unlink(k);
-      k->z = NULL;
-    }
+    while (z->links != NULL) link_detach(z->links);
   }
 }
 

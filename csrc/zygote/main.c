@@ -289,6 +289,7 @@ static void step_namespaces(struct strv *lines)
 		failed("cannot make a pipe");
 	report_set_fd(p[1]);
 	r = ns_apply_shared(&L, &z.ns);
+	report_flush();         /* the lines are buffered (report.c) */
 	report_set_fd(-1);
 	close(p[1]);
 	if (read_lines(p[0], lines) != 0)

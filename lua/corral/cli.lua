@@ -188,8 +188,10 @@ local function cmd_run(args)
     opts.stdin_file = nil
   end
   local corral = require "corral"
-  -- one run per process: a holder of a shared network namespace would only add its start
+  -- one run per process: a holder of a shared network namespace, or a warm interpreter, would
+  -- be started for it and thrown away
   require("corral.host").set_share_network(false)
+  corral.warm_interpreters = false
   local ok, res, rerr, rcode = pcall(corral.run_python, code, opts)
   if not ok then
     -- a bad option value: the message names it

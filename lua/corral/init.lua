@@ -14,6 +14,10 @@ local warm = require "corral.warm"
 
 local M = { _VERSION = "corral 0.1.0" }
 
+--- false: run the policies with `warm` set cold, each run through a fresh corral-launch (the
+-- same sandbox). The CLI sets it: a one-shot process would pay an interpreter's start-up twice.
+M.warm_interpreters = true
+
 local SandboxError = { __name = "SandboxError" }
 SandboxError.__index = SandboxError
 SandboxError.__tostring = function(e) return "SandboxError(" .. e.kind .. "): " .. e.message end
@@ -114,7 +118,7 @@ local function launch(what, code, opts, on_done, extra)
   if not run then return nil, err, ecode end
   -- a warm policy's runs are forked by its zygote, with the same launcher arguments
   local zygote
-  if pol.warm then
+  if pol.warm and M.warm_interpreters then
     zygote, err, ecode = warm.get(pol, o)
     if not zygote then cleanup(run) return nil, err, ecode end
     run.zygote = true
