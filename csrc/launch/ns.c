@@ -661,11 +661,12 @@ int ns_apply(struct launch *L)
 	}
 	pid.flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC;
 	net.flags = CLONE_NEWNET;
-	/* corral-zygote without root: its runs share its user namespace; each gets one of its own
-	 * inside it, as a launcher's run does, so that RLIMIT_NPROC counts the run's processes
-	 * alone, not the zygote's nor other runs' (refused: they share the count). */
-	if (s && s->userns && (all.flags & CLONE_NEWPID) && unshare(CLONE_NEWUSER) == 0 &&
-	    write_own_maps(L) != 0) {
+	/* Without root, runs of a zygote share its user namespace, and runs joined to a holder
+	 * share the holder's; each gets one of its own inside it, as a launcher's run does, so
+	 * that RLIMIT_NPROC counts the run's processes alone, not the zygote's nor other runs'
+	 * (refused: they share the count). */
+	if (((s && s->userns) || (!s && net_shared && L->userns)) && (all.flags & CLONE_NEWPID) &&
+	    unshare(CLONE_NEWUSER) == 0 && write_own_maps(L) != 0) {
 		report_fatal(W_IDMAP, errno, NULL);
 		return -1;
 	}
