@@ -64,7 +64,7 @@ local function run_processes()
     local pid, uid, stat, args = line:match("^%s*(%d+)%s+(%d+)%s+(%S+)%s+(.*)$")
     uid = tonumber(uid)
     if pid and pid ~= me and not stat:match("^Z") and not args:match("^ps ") and ((uid >= 60000 and uid <= 60999)
-        or args:find("/tmp/corral%-%w+/code/")
+        or args:find("/corral%-%w%w%w%w%w%w/code/")
         or (args:find("corral-launch ", 1, true) and args:find("--parent-pid " .. me .. " ", 1, true))) then
       n = n + 1
     end

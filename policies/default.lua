@@ -36,7 +36,9 @@ return policy.base {
   -- neither the network namespace nor Landlock keeps a program from connecting to
   tmpfs = { ["/tmp"] = 16, ["/var/tmp"] = 16, ["/dev/shm"] = 64, ["/run"] = 1 },
   work_mb = 64,
-  tmp_dir = "/tmp",
+  -- run directories (code/main.py, the work dir's mount point): on /dev/shm when it is a tmpfs
+  -- of a fair size, else /tmp (host.run_dir_base)
+  tmp_dir = "auto",
   kill_on_overflow = false,
   grace = 0.2,
   tail_bytes = 1024,

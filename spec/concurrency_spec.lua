@@ -80,8 +80,9 @@ import glob, os, time
 time.sleep(0.5)
 mine = os.path.dirname(os.getcwd())   # this run's own directory is fair game
 found = []
-for pattern in ('/tmp/corral-*/code/*', '/tmp/corral-*/work/*', '/tmp/left-by-victim', '/tmp/*/work/note.txt',
-                '/dev/shm/*', '/var/tmp/*'):
+for pattern in ('/tmp/corral-*/code/*', '/tmp/corral-*/work/*', '/dev/shm/corral-*/code/*',
+                '/dev/shm/corral-*/work/*', '/tmp/left-by-victim', '/tmp/*/work/note.txt',
+                '/dev/shm/*/work/note.txt', '/dev/shm/*', '/var/tmp/*'):
     for path in glob.glob(pattern):
         if path.startswith(mine + '/'):
             continue
@@ -90,7 +91,7 @@ for pattern in ('/tmp/corral-*/code/*', '/tmp/corral-*/work/*', '/tmp/left-by-vi
                 found.append(path)
         except OSError:
             pass
-for d in glob.glob('/tmp/corral-*/work'):
+for d in glob.glob('/tmp/corral-*/work') + glob.glob('/dev/shm/corral-*/work'):
     if d.startswith(mine + '/'):
         continue
     try:

@@ -17,9 +17,9 @@ function H.sh(cmd)
   return (out:gsub("%s+$", "")), status
 end
 
---- Directories corral made under /tmp (run directories).
+--- Run directories corral made (under /tmp or /dev/shm: host.run_dir_base).
 function H.temp_dirs()
-  local out = H.sh("ls -1d /tmp/corral-?????? 2>/dev/null")
+  local out = H.sh("ls -1d /tmp/corral-?????? /dev/shm/corral-?????? 2>/dev/null")
   local t = {}
   for line in out:gmatch("[^\n]+") do t[#t + 1] = line end
   return t
@@ -40,7 +40,8 @@ function H.pids_with(marker)
 end
 
 --- Processes a run may have left: anything running a run's code (its path is in every
--- sandboxed interpreter's argv, forks included: /tmp/corral-XXXXXX/code/..., or /home/code.py
+-- sandboxed interpreter's argv, forks included: /tmp/corral-XXXXXX/code/... (or under /dev/shm),
+-- or /home/code.py
 -- under bwrap), any launcher, and (as root) anything owned by a run uid. Found by a scan of every
 -- process, not only our descendants: a setsid escapee is re-parented away from us.
 function H.stray_processes()
@@ -54,7 +55,7 @@ function H.stray_processes()
     if pid and pid ~= core.getpid() and not stat:match("^Z") and not args:match("^ps ")
       and not args:match("^sh %-c") then
       local run_uid = uid >= 60000 and uid <= 60999
-      local runs_code = args:find("/tmp/corral%-%w+/code/") or args:find("/home/code.py", 1, true)
+      local runs_code = args:find("/corral%-%w%w%w%w%w%w/code/") or args:find("/home/code.py", 1, true)
       -- launchers of this process (another corral on the machine is not ours to judge); not the
       -- holder of its shared network namespace (--hold-net), which lives as long as the process
       local launcher = args:find("corral-launch ", 1, true) and args:find("--parent-pid " .. core.getpid() .. " ", 1, true)

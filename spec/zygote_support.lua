@@ -35,7 +35,7 @@ function M.plan(code, opts)
     run.uid = assert(hostmod.take_uid(pol.uid_range[1], pol.uid_range[2]))
     run.gid = run.uid
   end
-  local top = assert(core.mkdtemp((pol.tmp_dir or "/tmp") .. "/corral-XXXXXX"))
+  local top = assert(core.mkdtemp(require("corral.host").run_dir_base() .. "/corral-XXXXXX"))
   run.top = top
   M.run_dirs[#M.run_dirs + 1] = top
   run.code_dir = top .. "/code"

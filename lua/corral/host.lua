@@ -247,6 +247,31 @@ function M.release_uid(uid)
   end
 end
 
+--- Where run directories go under `tmp_dir = "auto"`: /dev/shm when it is a tmpfs we may write
+-- that is not small (a container's default 64 MiB one is: code files of concurrent runs could
+-- fill it), else /tmp. Making and removing a run directory costs about 0.03 ms on a tmpfs and
+-- 0.3 to 0.5 ms on ext4, on every run. Cached.
+local SMALL_SHM_KB = 256 * 1024
+function M.run_dir_base()
+  if cache.run_dir_base then return cache.run_dir_base end
+  local base = "/tmp"
+  local f = io.open("/proc/self/mountinfo", "r")
+  if f then
+    for line in f:lines() do
+      -- ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
+      local mnt, fstype, super = line:match("^%S+ %S+ %S+ %S+ (%S+) .- %- (%S+) %S+ (%S+)")
+      if mnt == "/dev/shm" then
+        local size = super and super:match("size=(%d+)k")
+        base = (fstype == "tmpfs" and (not size or tonumber(size) >= SMALL_SHM_KB)
+                and core.access("/dev/shm", "w")) and "/dev/shm" or "/tmp"
+      end
+    end
+    f:close()
+  end
+  cache.run_dir_base = base
+  return base
+end
+
 --- Remove run directories left in `tmp_dir` by controllers that died without cleaning up
 -- (killed with SIGKILL). Each live run holds an flock on its directory's `.lock`; a directory
 -- whose lock can be taken has no live owner, in this process or any other, whatever its pid

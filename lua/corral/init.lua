@@ -61,7 +61,8 @@ local function make_run(pol, opts, code, host)
     if not uid then return nil, err, ecode end
     run.uid, run.gid = uid, uid
   end
-  local tmp_dir = pol.tmp_dir or "/tmp"
+  local tmp_dir = pol.tmp_dir or "auto"
+  if tmp_dir == "auto" then tmp_dir = hostmod.run_dir_base() end
   hostmod.sweep_stale(tmp_dir)
   local top, err, ecode = core.mkdtemp(tmp_dir .. "/corral-XXXXXX")
   if not top then cleanup(run) return nil, err, ecode end

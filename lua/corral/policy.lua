@@ -139,7 +139,9 @@ function Policy:check()
     end
   end
   check_kind(self, "tmp_dir", self.tmp_dir, "string")
-  if self.tmp_dir:sub(1, 1) ~= "/" then fail(self, "tmp_dir", "must be an absolute path") end
+  if self.tmp_dir ~= "auto" and self.tmp_dir:sub(1, 1) ~= "/" then
+    fail(self, "tmp_dir", "must be an absolute path or \"auto\"")
+  end
   if type(self.code_name) ~= "string" or not self.code_name:match("^[%w_%.%-]+$") then
     fail(self, "code_name", "must be a file name")
   end

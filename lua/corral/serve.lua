@@ -344,6 +344,12 @@ function M.start(config)
   end
   self:_event("listening", { address = self:address(), policy = self.policy.name,
     concurrency = self.concurrency, queue = self.queue_max, auth = self.token and "bearer" or "none" })
+  -- a warm policy: its interpreter starts now, with a first run, not with the first request
+  if self.policy.warm and corral.warm_interpreters then
+    pcall(corral.start, "pass", { policy = self.policy }, function(_, perr)
+      if perr then self:_event("warm-up-failed", { message = tostring(perr) }) end
+    end)
+  end
   return self
 end
 
@@ -804,6 +810,7 @@ function Server:_maybe_stop()
   if not self.draining or self.stopped or self.in_flight > 0 or #self.queue > 0 then return end
   self.stopped = true
   if self.drain_timer then self.drain_timer:close() self.drain_timer = nil end
+  require("corral.warm").close_all()   -- the warm interpreters exit once idle
   for _, s in ipairs(self.signals or {}) do s:close() end
   self.signals = nil
   -- the listener is closed; each connection closes once its answer is written (stop_accepting).

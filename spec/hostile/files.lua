@@ -279,7 +279,8 @@ import glob, os, time
 time.sleep(0.3)
 mine = os.path.dirname(os.getcwd())
 found = []
-for pattern in ("/tmp/corral-*/work/*", "/tmp/corral-*/code/*", "/tmp/*", "/dev/shm/*", "/var/tmp/*",
+for pattern in ("/tmp/corral-*/work/*", "/tmp/corral-*/code/*", "/dev/shm/corral-*/work/*",
+                "/dev/shm/corral-*/code/*", "/tmp/*", "/dev/shm/*", "/var/tmp/*",
                 "/proc/*/cwd/*", "/proc/*/root/tmp/*"):
     for path in glob.glob(pattern):
         if path.startswith(mine + "/"):
