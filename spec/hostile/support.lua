@@ -101,7 +101,8 @@ end
 -- by the test: what a clean-up that follows links would destroy. Setup values: `sentinel_dir`,
 -- `sentinel`.
 function S.make_sentinel(ctx)
-  local dir = S.host_scratch() .. "/" .. ctx.token .. "-sentinel"
+  -- on the run directories' filesystem, so that a hard link to it is not refused for crossing one
+  local dir = require("corral.host").run_dir_base() .. "/" .. ctx.token .. "-sentinel"
   assert(core.mkdir(dir, 493))
   assert(core.write_file(dir .. "/keep", "precious", 420))
   return { sentinel_dir = dir, sentinel = dir .. "/keep" }
@@ -226,7 +227,9 @@ for m in MARKERS:
 listing = {}
 for d in ("/var/tmp", "/dev/shm", cwd):
     try:
-        listing[d] = sorted(os.listdir(d))
+        # the run's own directory (its code bound back read-only) when run directories are
+        # on /dev/shm: the mount point the launcher made in this run's fresh /dev/shm
+        listing[d] = sorted(n for n in os.listdir(d) if os.path.join(d, n) != top)
     except PermissionError:
         listing[d] = []     # no run may look there (Landlock): nothing to be seen
     except OSError as e:
