@@ -568,6 +568,16 @@ static uint64_t seconds_to_ms(double s) {
   return (uint64_t)ceil(s * 1000.0);
 }
 
+/* The handle of the child's stdin pipe (our end: we write the `stdin` bytes). */
+static int stdin_init(corral_run *r) {
+  int rc = uv_pipe_init(&r->cl->loop, &r->in, 0);
+  if (rc != 0) return rc;
+  r->in.data = r;
+  r->in_state = ST_OPEN;
+  r->handles++;
+  return 0;
+}
+
 /* Spawn the launcher with libuv: stdin (a pipe, or /dev/null), stdout, stderr, the report fd 3. */
 static int start_process(corral_run *r, const char *file, char **argv, char **envp, int has_in,
                          size_t out_cap, size_t err_cap, size_t tail) {
@@ -578,11 +588,8 @@ static int start_process(corral_run *r, const char *file, char **argv, char **en
 
   memset(stdio, 0, sizeof stdio);
   if (has_in) {
-    rc = uv_pipe_init(&cl->loop, &r->in, 0);
+    rc = stdin_init(r);
     if (rc == 0) {
-      r->in.data = r;
-      r->in_state = ST_OPEN;
-      r->handles++;
       stdio[0].flags = (uv_stdio_flags)(UV_CREATE_PIPE | UV_READABLE_PIPE);
       stdio[0].data.stream = (uv_stream_t *)&r->in;
     }
@@ -639,18 +646,12 @@ static int stream_pair(corral_run *r, uv_pipe_t *p, int *child, int ours_is_firs
  * child's ends go to the zygote, which passes them on; ours are read as for a spawned launcher. */
 static int start_in_zygote(corral_run *r, struct corral_zygote *z, int has_in, size_t out_cap,
                            size_t err_cap, size_t tail, char **args) {
-  corral_loop *cl = r->cl;
   int fds[4] = {-1, -1, -1, -1};
   int rc = 0, i;
 
   if (has_in) {
-    rc = uv_pipe_init(&cl->loop, &r->in, 0);
-    if (rc == 0) {
-      r->in.data = r;
-      r->in_state = ST_OPEN;
-      r->handles++;
-      rc = stream_pair(r, &r->in, &fds[0], 1);
-    }
+    rc = stdin_init(r);
+    if (rc == 0) rc = stream_pair(r, &r->in, &fds[0], 1);
   } else {
     fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (fds[0] < 0) rc = uv_translate_sys_error(errno);

@@ -246,9 +246,10 @@ static int step_close_fds(void)
 	return 0;
 }
 
-/* Last before the seccomp filter and execve (a default SIGPIPE could kill us on a report write
- * to a closed pipe). */
-static void step_signals(void)
+/* Every disposition default, nothing blocked. C's last step before the seccomp filter and
+ * execve (a default SIGPIPE could kill us on a report write to a closed pipe); corral-zygote's
+ * too, before its interpreter starts and in each run it forks. */
+void signals_reset(void)
 {
 	struct sigaction sa = { 0 };
 	sigset_t none;
@@ -286,7 +287,7 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	if (step_close_fds() != 0)
 		die(errfd, W_FDS, errno);
 	report_applied("empty-env");
-	step_signals();
+	signals_reset();
 	if (seccomp_apply(p) != 0)              /* last: nothing of ours is filtered */
 		die(errfd, W_SECCOMP, errno);
 	report_flush();

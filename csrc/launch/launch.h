@@ -146,6 +146,10 @@ NORETURN void launch_run(struct launch *L, struct plan *plan);
 /* close_range(from, to) (to -1: no end), with a /proc/self/fd loop before Linux 5.9. */
 void close_fds(int from, int to);
 
+/* ---- child.c ---- */
+
+void signals_reset(void);                      /* every disposition default, nothing blocked */
+
 /* ---- ns.c ---- */
 
 int ns_apply(struct launch *L);                 /* 0, or -1 after a fatal line */

@@ -235,23 +235,6 @@ static void step_session(void)
 	setsid();
 }
 
-/* 5. Every disposition default and nothing blocked: Python then starts as a run's python3
- * would, after the launcher's C reset them. */
-static void step_signals(void)
-{
-	struct sigaction sa;
-	sigset_t none;
-	int s;
-
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = SIG_DFL;
-	sigemptyset(&sa.sa_mask);
-	for (s = 1; s < NSIG; s++)
-		if (s != SIGKILL && s != SIGSTOP)
-			sigaction(s, &sa, NULL);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-}
 
 /* The report lines written on fd in, as separate strings. */
 static int read_lines(int in, struct strv *lines)
@@ -467,7 +450,7 @@ int main(int argc, char **argv)
 	step_fds();                     /* 2. nothing inherited */
 	step_die_with_parent();         /* 3. PR_SET_PDEATHSIG, the parent's pid */
 	step_session();                 /* 4. setsid */
-	step_signals();                 /* 5. default dispositions */
+	signals_reset();                 /* 5. default dispositions */
 	step_namespaces(&lines);        /* 6. network (and user) namespace (ns.c) */
 	step_python(&lines);            /* 7. the interpreter (python.c) */
 	step_check_inherited();         /* 8. one thread, no extra fd */

@@ -160,22 +160,6 @@ static void step_fds(const int *fds, int rfd)
 	close_fds(rfd >= 3 ? rfd + 1 : 3, -1);
 }
 
-/* What the launcher's host leaves: default dispositions, nothing blocked. */
-static void step_signals(void)
-{
-	struct sigaction sa;
-	sigset_t none;
-	int s;
-
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = SIG_DFL;
-	sigemptyset(&sa.sa_mask);
-	for (s = 1; s < NSIG; s++)
-		if (s != SIGKILL && s != SIGSTOP)
-			sigaction(s, &sa, NULL);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-}
 
 static const char *net_name(enum plan_net n)
 {
@@ -213,7 +197,7 @@ static NORETURN void run_a(const struct zygote *z, struct plan *p, const char *p
 	char err[768];
 
 	step_fds(fds, perr ? -1 : p->report_fd);
-	step_signals();
+	signals_reset();
 	if (perr)
 		usage_error(perr);
 	if (p->mode != PLAN_RUN)
