@@ -103,6 +103,16 @@ describe("corral CLI", function()
     assert.is_nil(has["shared-netns"])
   end)
 
+  it("runs a warm policy cold: one run would pay for a warm interpreter and throw it away", function()
+    -- a zygote run's /proc/self/exe is corral-zygote; a cold run's is the interpreter
+    local body, status = split_status(corral("run --json --policy warm " ..
+      tmp("import os; print(os.path.basename(os.readlink('/proc/self/exe')))")))
+    assert.are.equal(0, status, body)
+    local r = cjson.decode(body)
+    assert.matches("^python3", r.stdout)
+    assert.is_true(r.network_isolated)
+  end)
+
   it("adds an error object to --json when the sandbox fails", function()
     local body, status = split_status(corral("run --json --python /nonexistent/python " .. tmp("print(1)")))
     assert.are.equal(125, status)

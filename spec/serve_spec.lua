@@ -438,6 +438,29 @@ describe("corral serve", function()
     assert.is_truthy(resp:find('"code":"shutdown"', 1, true), resp)
   end)
 
+  it("serves the warm policy: its interpreter is up before the first request, every run is fresh, none outlives the server", function()
+    local function zygotes(srv) return H.pids_with("corral-zygote --control-fd 3 --parent-pid " .. srv.pid .. " ") end
+    local s = start_server("--policy warm --concurrency 2")
+    assert.is_true(H.eventually(function() return #zygotes(s) == 1 end, 5), "no warm interpreter: " .. tostring(read(s.log)))
+    -- a name set at module level by one run is not there for the next; a preloaded module is
+    local code = "import sys\nprint(globals().get('left', 'fresh'), 'json' in sys.modules, sys.argv[0].endswith('/code/main.py'))\nleft = 'stale'"
+    for _ = 1, 3 do
+      local status, _, body, r = http(s, "POST", "/v1/run", json { code = code, timeout = 5 })
+      assert.are.equal(200, status, body)
+      assert.are.equal("fresh True True\n", r.stdout, r.stderr)
+      assert.is_truthy(H.has(r.limits, "pid-namespace") and H.has(r.limits, "seccomp"), table.concat(r.limits, " "))
+    end
+    assert.are.equal(1, #zygotes(s))
+    core.kill(s.pid, 15)
+    assert.are.equal(0, exit_status(s, 10), read(s.log))
+    assert.is_true(H.eventually(function() return #zygotes(s) == 0 end, 5), "the warm interpreter outlived its server")
+    -- killed outright, the server takes its warm interpreter along (its parent-death signal)
+    local k = start_server("--policy warm")
+    assert.is_true(H.eventually(function() return #zygotes(k) == 1 end, 5), "no warm interpreter")
+    core.kill(k.pid, 9)
+    assert.is_true(H.eventually(function() return #zygotes(k) == 0 end, 5), "the warm interpreter outlived its server")
+  end)
+
   it("leaves no sandboxed process behind when the server is SIGKILLed", function()
     local s = start_server("")
     -- the program and a setsid escapee it forked
