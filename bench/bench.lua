@@ -580,18 +580,21 @@ end
 
 -- 2. Throughput ----------------------------------------------------------------------------------
 
--- `total` runs of print('hello') through the library at `conc`; wall seconds, controller CPU
--- seconds, failures and the first failure's text
-local function lib_chunk(pol, conc, total)
+-- `total` runs of print('hello') through the library, `conc` at a time, run `i` under policy
+-- `policy_of(i)`; `each()` is called after every loop turn. Returns failures and the first
+-- failure's text.
+local function pump(total, conc, policy_of, each)
   local started, done, fails, first = 0, 0, 0, nil
   local function next_run()
     if started >= total then return end
     started = started + 1
+    local pol = policy_of(started)
     local p, err = corral.start(HELLO, { policy = pol }, function(r, e)
       done = done + 1
       if not r or not r.ok or r.stdout ~= "hello\n" then
         fails = fails + 1
-        first = first or (r and ("reason " .. tostring(r.reason) .. " " .. r.stderr:sub(1, 200)) or tostring(e))
+        first = first or (tostring(pol) .. ": " .. (r and ("reason " .. tostring(r.reason) .. " " .. r.stderr:sub(1, 200))
+          or tostring(e)))
       end
       next_run()
     end)
@@ -601,9 +604,19 @@ local function lib_chunk(pol, conc, total)
       next_run()
     end
   end
-  local cpu0, t0 = self_cpu_s(), hrtime()
   for _ = 1, conc do next_run() end
-  while done < total do core.run("once") end
+  while done < total do
+    core.run("once")
+    if each then each(done) end
+  end
+  return fails, first
+end
+
+-- `total` runs of print('hello') through the library at `conc`; wall seconds, controller CPU
+-- seconds, failures and the first failure's text
+local function lib_chunk(pol, conc, total)
+  local cpu0, t0 = self_cpu_s(), hrtime()
+  local fails, first = pump(total, conc, function() return pol end)
   return hrtime() - t0, self_cpu_s() - cpu0, fails, first
 end
 
@@ -708,30 +721,9 @@ if opt.only.rss then
   settle()
   local rss_start = rss_kb()
   local total = warmup + RUNS
-  local started, done, fails, first = 0, 0, 0, nil
-  local function next_run()
-    if started >= total then return end
-    started = started + 1
-    local pol = pols[started % #pols + 1]
-    local p, err = corral.start(HELLO, { policy = pol }, function(r, e)
-      done = done + 1
-      if not r or not r.ok or r.stdout ~= "hello\n" then
-        fails = fails + 1
-        first = first or (pol .. ": " .. (r and ("reason " .. tostring(r.reason)) or tostring(e)))
-      end
-      next_run()
-    end)
-    if not p then
-      done, fails = done + 1, fails + 1
-      first = first or tostring(err)
-      next_run()
-    end
-  end
   local marks, rss_warm, t0, cpu0 = {}, nil, nil, nil
   local next_mark = every
-  for _ = 1, CONC do next_run() end
-  while done < total do
-    core.run("once")
+  local fails, first = pump(total, CONC, function(i) return pols[i % #pols + 1] end, function(done)
     if not rss_warm and done >= warmup then
       settle()
       rss_warm, t0, cpu0 = rss_kb(), hrtime(), self_cpu_s()
@@ -741,7 +733,7 @@ if opt.only.rss then
       marks[#marks + 1] = { runs = next_mark, kb = rss_kb() }
       next_mark = next_mark + every
     end
-  end
+  end)
   local wall, cpu = hrtime() - t0, self_cpu_s() - cpu0
   settle()
   local lo, hi, dev = rss_warm, rss_warm, 0
