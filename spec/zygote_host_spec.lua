@@ -135,6 +135,18 @@ describe("core.zygote (host side)", function()
     settle(z)
   end)
 
+  it("ends the runs of a zygote that failed to start with its message", function()
+    local z = start({ "--fail-start" })
+    local results = {}
+    spawn(z, { "-c", "echo never" }, {}, results)
+    wait_for(results, 1)
+    assert.are.equal("the warm interpreter failed to start: fatal no-network EPERM the peer was told to fail",
+      results[1].launch_error)
+    assert.are.equal("failed", z:state())
+    assert.are.same({ "fatal no-network EPERM the peer was told to fail" }, z:info())
+    settle(z)
+  end)
+
   it("reports a zygote that cannot be started", function()
     local z, err, code = core.zygote { file = "/nonexistent/corral-zygote", args = {} }
     assert.is_nil(z)

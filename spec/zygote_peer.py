@@ -2,10 +2,13 @@
 corral-zygote's control protocol on fd 3 but, instead of forking a warm interpreter, execs
 argv[1] with each request's arguments on the request's four fds. Also misbehaves on request:
 a first argument of "--error" is answered with an error message, "--die" kills the peer,
-"--slow-pid" delays the pid message."""
+"--slow-pid" delays the pid message; started with --fail-start, it fails at once."""
 import os, socket, sys, signal, select
 s = socket.socket(fileno=3)
 launcher = sys.argv[1]
+if "--fail-start" in sys.argv:
+    s.send(b"failed\0fatal no-network EPERM the peer was told to fail\0")
+    sys.exit(1)
 s.send(b"ready\0applied fake\0")
 kids = {}
 r, w = os.pipe(); os.set_blocking(w, False)

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -166,7 +167,7 @@ static void flush_queue(struct corral_zygote *z) {
     int rc = send_request(z, k);
     if (rc == 0) return;
     if (rc < 0)
-      link_fail(k, "the warm interpreter's socket failed");
+      link_fail(k, "the warm interpreter's socket failed: cannot send");
     else
       link_drop_request(k);
   }
@@ -250,29 +251,53 @@ static void zygote_gone(struct corral_zygote *z, const char *why);
 
 static void poll_cb(uv_poll_t *h, int status, int events) {
   struct corral_zygote *z = (struct corral_zygote *)h->data;
-  if (status < 0) {
-    zygote_gone(z, "the warm interpreter's socket failed");
-    return;
-  }
+  /* An error (libuv says EBADF for POLLERR: a reset when the zygote exited with requests
+   * unread): read what it sent before, which says why. */
+  if (status < 0) events = UV_READABLE;
   if (events & UV_READABLE) {
+    int reset = 0;
     for (;;) {
       ssize_t n;
       do
         n = recv(z->fd, z->cl->scratch, sizeof z->cl->scratch, MSG_DONTWAIT);
       while (n < 0 && errno == EINTR);
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        zygote_gone(z, "the warm interpreter's socket failed");
+      /* A reset (it exited with requests unread) is reported once, possibly before what it
+       * sent last: read on until nothing is left */
+      if (n < 0 && errno == ECONNRESET) {
+        reset = 1;
+        continue;
+      }
+      if (n > 0) {
+        on_message(z, z->cl->scratch, (size_t)n);
+        if (z->fd < 0) return;
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !reset) break;
+      if (n == 0 || reset) { /* EOF, or all read after a reset */
+        char why[512];
+        if (z->state == Z_FAILED && z->info != NULL)
+          snprintf(why, sizeof why, "the warm interpreter failed to start: %.*s",
+                   (int)strnlen(z->info, z->info_len), z->info);
+        else
+          snprintf(why, sizeof why, "%s", z->state == Z_FAILED
+                                             ? "the warm interpreter failed to start"
+                                             : "the warm interpreter exited");
+        zygote_gone(z, why);
         return;
       }
-      if (n == 0) {
-        zygote_gone(z, z->state == Z_FAILED ? "the warm interpreter failed to start"
-                                            : "the warm interpreter exited");
+      {
+        char why[128];
+        snprintf(why, sizeof why, "the warm interpreter's socket failed: %s", strerror(errno));
+        zygote_gone(z, why);
         return;
       }
-      on_message(z, z->cl->scratch, (size_t)n);
-      if (z->fd < 0) return;
     }
+  }
+  if (status < 0) {
+    char why[128];
+    snprintf(why, sizeof why, "the warm interpreter's socket failed: %s", uv_strerror(status));
+    zygote_gone(z, why);
+    return;
   }
   if ((events & UV_WRITABLE) && z->qhead) flush_queue(z);
   zygote_update(z);
