@@ -53,6 +53,7 @@ typedef struct corral_loop {
   int running;                /* inside uv_run (core.run is not re-entrant) */
   int closing;                /* the loop is being torn down: no Lua from callbacks */
   int err_ref;                /* first error raised by a callback, re-raised by core.run */
+  int have_pidfd;             /* process.c: 1 the kernel has pidfds, -1 not, 0 not asked yet */
   char scratch[CORRAL_SCRATCH_SIZE];
 } corral_loop;
 

@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,7 +81,10 @@ struct corral_run {
   int term_signal;
   const char *overflow;
   struct corral_zlink *zl; /* started through a warm interpreter (zygote.c) */
+  uv_poll_t pidpoll;       /* spawned by posix_spawn: readable once the child exited */
+  int pidfd;               /* -1: none */
   char *zerror;            /* ... which could not start it, or went away */
+  unsigned pidpoll_init : 1;
   unsigned process_init : 1, spawned : 1, exited : 1, ending : 1, finishing : 1;
   unsigned timed_out : 1, killed : 1, kill_on_overflow : 1, has_timeout : 1, report : 1;
   unsigned kill_sent : 1; /* SIGKILL went out (or is due once a zygote names the pid) */
@@ -124,6 +129,7 @@ static void close_all(corral_run *r) {
   close_handle((uv_handle_t *)&r->t_kill);
   close_handle((uv_handle_t *)&r->t_drain);
   if (r->process_init) close_handle((uv_handle_t *)&r->process);
+  if (r->pidpoll_init) close_handle((uv_handle_t *)&r->pidpoll);
 }
 
 static void stream_free(stream *st) {
@@ -133,6 +139,7 @@ static void stream_free(stream *st) {
 }
 
 static void run_free(corral_run *r) {
+  if (r->pidfd >= 0) close(r->pidfd); /* its poll handle is closed by now */
   corral_zlink_free(r->zl);
   r->zl = NULL;
   free(r->zerror);
@@ -232,6 +239,28 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
   corral_run *r = (corral_run *)p->data;
   close_handle((uv_handle_t *)p);
   run_exited(r, exit_status, term_signal);
+}
+
+/* The child of a posix_spawn has exited: reap it through its pidfd. */
+static void pidfd_cb(uv_poll_t *h, int status, int events) {
+  corral_run *r = (corral_run *)h->data;
+  siginfo_t si;
+  (void)status;
+  (void)events;
+  memset(&si, 0, sizeof si);
+  if (waitid((idtype_t)P_PIDFD, (id_t)r->pidfd, &si, WEXITED | WNOHANG) != 0) {
+    if (errno == EINTR) return;
+    /* ECHILD: reaped by someone else (an embedder's waitpid(-1)): the status is lost */
+    close_handle((uv_handle_t *)&r->pidpoll);
+    run_exited(r, -1, 0);
+    return;
+  }
+  if (si.si_pid == 0) return; /* not yet */
+  close_handle((uv_handle_t *)&r->pidpoll);
+  if (si.si_code == CLD_EXITED)
+    run_exited(r, si.si_status, 0);
+  else
+    run_exited(r, 0, si.si_status);
 }
 
 /* ---- runs started by a zygote (zygote.c calls these) ------------------------------------------ */
@@ -642,13 +671,12 @@ static int stream_pair(corral_run *r, uv_pipe_t *p, int *child, int ours_is_firs
   return 0;
 }
 
-/* Ask a zygote for the run: it forks the launcher's process A from a warm interpreter. The
- * child's ends go to the zygote, which passes them on; ours are read as for a spawned launcher. */
-static int start_in_zygote(corral_run *r, struct corral_zygote *z, int has_in, size_t out_cap,
-                           size_t err_cap, size_t tail, char **args) {
-  int fds[4] = {-1, -1, -1, -1};
+/* The run's stdin (a socketpair, or /dev/null), stdout, stderr and report (socketpairs; the
+ * report only with `report`): ours in the run's handles, the child's ends in fds (-1: none). */
+static int child_stdio(corral_run *r, int has_in, size_t out_cap, size_t err_cap, size_t tail,
+                       int fds[4]) {
   int rc = 0, i;
-
+  for (i = 0; i < 4; i++) fds[i] = -1;
   if (has_in) {
     rc = stdin_init(r);
     if (rc == 0) rc = stream_pair(r, &r->in, &fds[0], 1);
@@ -660,13 +688,107 @@ static int start_in_zygote(corral_run *r, struct corral_zygote *z, int has_in, s
   if (rc == 0) rc = stream_pair(r, &r->out.pipe, &fds[1], 1);
   if (rc == 0) rc = stream_init(r, &r->err, "stderr", err_cap, tail);
   if (rc == 0) rc = stream_pair(r, &r->err.pipe, &fds[2], 1);
-  if (rc == 0) rc = stream_init(r, &r->rep, "report", REPORT_CAP, 0);
-  if (rc == 0) rc = stream_pair(r, &r->rep.pipe, &fds[3], 1);
+  if (rc == 0 && r->report) rc = stream_init(r, &r->rep, "report", REPORT_CAP, 0);
+  if (rc == 0 && r->report) rc = stream_pair(r, &r->rep.pipe, &fds[3], 1);
   if (rc != 0) {
     for (i = 0; i < 4; i++)
       if (fds[i] >= 0) close(fds[i]);
-    return rc;
   }
+  return rc;
+}
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+/* Whether this kernel has pidfds (Linux 5.3: pidfd_open; 5.4: waitid P_PIDFD), asked once per
+ * loop. */
+static int have_pidfd(corral_loop *cl) {
+  if (cl->have_pidfd == 0) {
+    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0U);
+    siginfo_t si;
+    cl->have_pidfd = -1;
+    if (fd >= 0) {
+      /* P_PIDFD known: on our own (running) process, ECHILD; unknown: EINVAL */
+      if (waitid((idtype_t)P_PIDFD, (id_t)fd, &si, WEXITED | WNOHANG) != 0 && errno == ECHILD)
+        cl->have_pidfd = 1;
+      close(fd);
+    }
+  }
+  return cl->have_pidfd > 0;
+}
+
+/* Spawn the launcher as posix_spawn does it (glibc: clone(CLONE_VM | CLONE_VFORK), so the
+ * controller's page tables are not copied, unlike libuv 1.44's fork), in a session of its own,
+ * with default signal dispositions and nothing blocked; its exit is watched through a pidfd.
+ * UV_ENOSYS when the kernel has no pidfd (before Linux 5.3): the caller uses libuv. */
+static int start_spawned(corral_run *r, const char *file, char **argv, char **envp, int has_in,
+                         size_t out_cap, size_t err_cap, size_t tail) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  sigset_t all, none;
+  int fds[4], i, err, rc;
+  pid_t pid;
+
+  rc = child_stdio(r, has_in, out_cap, err_cap, tail, fds);
+  if (rc != 0) return rc;
+  posix_spawn_file_actions_init(&fa);
+  for (i = 0; i < 4; i++)
+    if (fds[i] >= 0) posix_spawn_file_actions_adddup2(&fa, fds[i], i); /* clears CLOEXEC */
+  posix_spawnattr_init(&at);
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&at, &all);
+  posix_spawnattr_setsigmask(&at, &none);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
+                                    POSIX_SPAWN_SETSIGMASK);
+  r->t_start = uv_hrtime();
+  err = strchr(file, '/') ? posix_spawn(&pid, file, &fa, &at, argv, envp)
+                          : posix_spawnp(&pid, file, &fa, &at, argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  for (i = 0; i < 4; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  if (err != 0) return uv_translate_sys_error(err);
+  r->pid = pid;
+  r->pidfd = (int)syscall(SYS_pidfd_open, pid, 0U);
+  if (r->pidfd < 0) {
+    /* cannot happen for our own unreaped child once pidfd exists; make sure it does not run
+     * unwatched */
+    int st;
+    err = errno;
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    r->pid = 0;
+    return uv_translate_sys_error(err);
+  }
+  rc = uv_poll_init(&r->cl->loop, &r->pidpoll, r->pidfd);
+  if (rc == 0) {
+    r->pidpoll.data = r;
+    r->pidpoll_init = 1;
+    r->handles++;
+    rc = uv_poll_start(&r->pidpoll, UV_READABLE, pidfd_cb);
+  }
+  if (rc != 0) {
+    int st;
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    r->pid = 0;
+  }
+  return rc;
+}
+
+/* Ask a zygote for the run: it forks the launcher's process A from a warm interpreter. The
+ * child's ends go to the zygote, which passes them on; ours are read as for a spawned launcher. */
+static int start_in_zygote(corral_run *r, struct corral_zygote *z, int has_in, size_t out_cap,
+                           size_t err_cap, size_t tail, char **args) {
+  int fds[4];
+  int rc = child_stdio(r, has_in, out_cap, err_cap, tail, fds);
+  if (rc != 0) return rc;
   r->t_start = uv_hrtime();
   rc = corral_zygote_submit(z, r, args, fds, &r->zl); /* takes the fds */
   return rc < 0 ? uv_translate_sys_error(-rc) : 0;
@@ -751,6 +873,7 @@ int corral_spawn(lua_State *L) {
 
   /* 3. C memory; from here nothing raises until the run is consistent */
   r = (corral_run *)calloc(1, sizeof *r);
+  if (r != NULL) r->pidfd = -1;
   if (r != NULL && in != NULL && in_len > 0) {
     r->in_data = (char *)malloc(in_len);
     if (r->in_data == NULL) {
@@ -788,6 +911,9 @@ int corral_spawn(lua_State *L) {
   if (zyg != NULL)
     rc = start_in_zygote(r, zyg, in != NULL, (size_t)out_cap, (size_t)err_cap, (size_t)tail,
                          argv + 1);
+  else if (ref && have_pidfd(cl)) /* helpers beside the runs (ref = false) start rarely: libuv */
+    rc = start_spawned(r, file, argv, envp, in != NULL, (size_t)out_cap, (size_t)err_cap,
+                       (size_t)tail);
   else
     rc = start_process(r, file, argv, envp, in != NULL, (size_t)out_cap, (size_t)err_cap,
                        (size_t)tail);
@@ -817,7 +943,8 @@ int corral_spawn(lua_State *L) {
   if (!ref) {
     /* a helper that lives beside the runs (the shared network namespace's holder): it does not
      * keep core.run("default") going; it is still reaped, and killed with the loop */
-    uv_unref((uv_handle_t *)&r->process);
+    if (r->process_init) uv_unref((uv_handle_t *)&r->process);
+    if (r->pidpoll_init) uv_unref((uv_handle_t *)&r->pidpoll);
     uv_unref((uv_handle_t *)&r->t_timeout);
     uv_unref((uv_handle_t *)&r->t_kill);
     uv_unref((uv_handle_t *)&r->t_drain);
