@@ -90,7 +90,7 @@ end
 function M.list()
   local out = {}
   for key, e in pairs(pool) do
-    out[#out + 1] = { policy = key:match("^[^%z]*"), pid = e.z:pid(), state = e.z:state(), info = e.z:info() }
+    out[#out + 1] = { policy = key:match("^[^\0]*"), pid = e.z:pid(), state = e.z:state(), info = e.z:info() }
   end
   table.sort(out, function(a, b) return a.pid < b.pid end)
   return out
