@@ -701,6 +701,15 @@ static int child_stdio(corral_run *r, int has_in, size_t out_cap, size_t err_cap
 #define P_PIDFD 3
 #endif
 
+/* A child of ours that must not run unwatched: SIGKILL it and its group, and reap it. */
+static void kill_and_reap(pid_t pid) {
+  int st;
+  kill(-pid, SIGKILL);
+  kill(pid, SIGKILL);
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+}
+
 /* Whether this kernel has pidfds (Linux 5.3: pidfd_open; 5.4: waitid P_PIDFD), asked once per
  * loop. */
 static int have_pidfd(corral_loop *cl) {
@@ -755,12 +764,8 @@ static int start_spawned(corral_run *r, const char *file, char **argv, char **en
   if (r->pidfd < 0) {
     /* cannot happen for our own unreaped child once pidfd exists; make sure it does not run
      * unwatched */
-    int st;
     err = errno;
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    kill_and_reap(pid);
     r->pid = 0;
     return uv_translate_sys_error(err);
   }
@@ -772,11 +777,7 @@ static int start_spawned(corral_run *r, const char *file, char **argv, char **en
     rc = uv_poll_start(&r->pidpoll, UV_READABLE, pidfd_cb);
   }
   if (rc != 0) {
-    int st;
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    kill_and_reap(pid);
     r->pid = 0;
   }
   return rc;

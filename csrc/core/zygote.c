@@ -161,13 +161,20 @@ static int send_request(struct corral_zygote *z, struct corral_zlink *k) {
   return 1;
 }
 
+/* Why a run ends when the socket failed with err. */
+static const char *socket_failed(int err, char *buf, size_t len) {
+  snprintf(buf, len, "the warm interpreter's socket failed: %s", strerror(err));
+  return buf;
+}
+
 static void flush_queue(struct corral_zygote *z) {
   while (z->qhead != NULL) {
     struct corral_zlink *k = z->qhead;
+    char why[128];
     int rc = send_request(z, k);
     if (rc == 0) return;
     if (rc < 0)
-      link_fail(k, "the warm interpreter's socket failed: cannot send");
+      link_fail(k, socket_failed(-rc, why, sizeof why));
     else
       link_drop_request(k);
   }
@@ -287,16 +294,14 @@ static void poll_cb(uv_poll_t *h, int status, int events) {
       }
       {
         char why[128];
-        snprintf(why, sizeof why, "the warm interpreter's socket failed: %s", strerror(errno));
-        zygote_gone(z, why);
+        zygote_gone(z, socket_failed(errno, why, sizeof why));
         return;
       }
     }
   }
   if (status < 0) {
     char why[128];
-    snprintf(why, sizeof why, "the warm interpreter's socket failed: %s", uv_strerror(status));
-    zygote_gone(z, why);
+    zygote_gone(z, socket_failed(-status, why, sizeof why)); /* libuv's codes are -errno */
     return;
   }
   if ((events & UV_WRITABLE) && z->qhead) flush_queue(z);
