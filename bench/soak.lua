@@ -101,6 +101,9 @@ local function start_next()
 end
 
 local function settle()
+  -- the run uids a controller keeps locked between runs (as root; up to 16, corral.close() lets
+  -- them go) are not a leak
+  require("corral.host").release_idle_uids()
   collectgarbage("collect")
   collectgarbage("collect")
 end

@@ -92,6 +92,8 @@ function H.snapshot()
 end
 
 function H.assert_clean(snap)
+  -- the run uids a controller keeps between runs (as root) are let go of by corral.close()
+  require("corral.host").release_idle_uids()
   local strays = H.stray_processes()
   local names = {}
   for i, r in ipairs(strays) do

@@ -286,6 +286,7 @@ describe("corral-zygote", function()
   before_each(function() before = fds() end)
   after_each(function()
     assert_no_leftovers()
+    require("corral.host").release_idle_uids()      -- kept between runs (corral.close())
     local new = {}
     for fd in pairs(fds()) do
       if not before[fd] then new[#new + 1] = fd .. " -> " .. tostring(core.readlink("/proc/self/fd/" .. fd)) end

@@ -36,8 +36,14 @@ end
 local function cleanup(run)
   local err
   if run.top then
-    local ok, e = core.rmtree(run.top)
-    if not ok then err = e end
+    -- what make_run made, when that is all there is (the work dir is a tmpfs of the run's own
+    -- mount namespace, so empty here): four calls, not a walk of the tree
+    local top = run.top
+    if not (run.code_path and os.remove(run.code_path) and os.remove(run.code_dir)
+            and os.remove(run.workdir) and os.remove(top)) then
+      local ok, e = core.rmtree(top)
+      if not ok then err = e end
+    end
     run.top = nil
   end
   if run.lock then
@@ -181,11 +187,13 @@ function M.start(code, opts, on_done)
   return launch("start", code, opts, on_done)
 end
 
---- Let go of what the library keeps between runs: the warm interpreters (policy `warm`). Each
--- one finishes the runs it has, then exits; this waits for that (running the loop, so not from a
--- callback) for at most `seconds` (default 10). The next warm run starts a new one.
+--- Let go of what the library keeps between runs: the run uids it holds between runs (as root),
+-- and the warm interpreters (policy `warm`). Each interpreter finishes the runs it has, then
+-- exits; this waits for that (running the loop, so not from a callback) for at most `seconds`
+-- (default 10). The next warm run starts a new one.
 -- @return true, or nil and a message when one was still there at the deadline
 function M.close(seconds)
+  hostmod.release_idle_uids()
   local pids = warm.close_all()
   local deadline = core.hrtime() + (seconds or 10)
   for _, pid in ipairs(pids) do
