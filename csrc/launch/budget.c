@@ -863,6 +863,16 @@ int budget_join(void)
 	return -1;
 }
 
+int budget_join_fd(void)
+{
+	return bud.cg_procs;
+}
+
+void budget_set_join_fd(int fd)
+{
+	bud.cg_procs = fd;
+}
+
 int budget_active(void)
 {
 	return bud.on || bud.cg_made;

@@ -69,6 +69,7 @@ enum what {
 	W_SECCOMP,              /* seccomp.c */
 	W_CGROUP,               /* budget.c */
 	W_SHARED_NET,           /* landlock.c, seccomp.c: a wall a shared netns needs is missing */
+	W_WARM,                 /* supervise.c: corral-zygote could not fork the program */
 	W_COUNT
 };
 
@@ -99,6 +100,12 @@ struct launch {
 	/* corral-zygote: what C does instead of execve (child.c), with the pipe to its supervisor
 	 * (child_die); NULL: execve */
 	void (*run_program)(const struct launch *L, int errfd) __attribute__((noreturn));
+	/* corral-zygote: C is forked by the zygote from its warm interpreter into this run's
+	 * namespaces, not by the init B (which holds no interpreter); it becomes B's child (its
+	 * parent exits at once: the namespace's init inherits it). start_program asks for it, wfd
+	 * being C's end of the pipe to B: C's pid in the namespace, or -1 with errno. NULL: B
+	 * forks C itself. */
+	pid_t (*start_program)(struct launch *L, int wfd);
 };
 
 /* ---- report.c: every function here is async-signal-safe ---- */
@@ -171,6 +178,10 @@ int mounts_apply(const struct launch *L);       /* in B, before it forks C: 0, o
 int mounts_tmpfs_made(const struct plan *p, const char *path);
 /* 1 when B mounted a private /proc (only the run's processes in it). */
 int mounts_proc_made(void);
+/* corral-zygote: what B mounted, as a string of PLAN_MOUNTS_MAX + 1 characters (and the NUL),
+ * for a C that did not inherit it from B; and C's end of it. */
+void mounts_state(char *buf, size_t len);
+void mounts_state_set(const char *s);
 /* "refused private-tmp" / "refused work-tmpfs" for what the plan asked, when there is no mount
  * namespace to make them in; why completes the message. */
 void mounts_refuse(const struct plan *p, int err, const char *why);
@@ -259,6 +270,8 @@ int budget_prepare(const struct launch *L);
 /* C, before it changes uid: joins the run cgroup (async-signal-safe). 0, or -1 with errno. */
 int budget_join(void);
 /* The supervisor (B or A): */
+int budget_join_fd(void);       /* corral-zygote: the run cgroup's cgroup.procs for C, or -1 */
+void budget_set_join_fd(int fd);        /* ... in a C that did not inherit it from B */
 int budget_active(void);        /* 1: a budget or a run cgroup (the run is killed before the
 				 * final report, and a total line follows usage) */
 int budget_wait_ms(void);       /* ms to the next tick (0: due), or -1: no budget, wait forever */

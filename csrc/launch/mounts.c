@@ -48,6 +48,27 @@ int mounts_proc_made(void)
 	return proc_made;
 }
 
+void mounts_state(char *buf, size_t len)
+{
+	size_t i;
+
+	if (len < PLAN_MOUNTS_MAX + 2)
+		return;
+	buf[0] = proc_made ? 'P' : '-';
+	for (i = 0; i < PLAN_MOUNTS_MAX; i++)
+		buf[1 + i] = tmpfs_made[i] ? 'T' : '-';
+	buf[1 + i] = '\0';
+}
+
+void mounts_state_set(const char *s)
+{
+	size_t i;
+
+	proc_made = s[0] == 'P';
+	for (i = 0; i < PLAN_MOUNTS_MAX && s[0] && s[1 + i]; i++)
+		tmpfs_made[i] = s[1 + i] == 'T';
+}
+
 int mounts_tmpfs_made(const struct plan *p, const char *path)
 {
 	size_t i, n = strlen(path);

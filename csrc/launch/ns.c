@@ -717,8 +717,21 @@ int ns_apply_shared(struct launch *L, struct ns_shared *s)
 	memset(s, 0, sizeof *s);
 	L->euid = s->euid = geteuid();
 	L->egid = s->egid = getegid();
-	if (p->net == PLAN_NET_HOST)
-		return 0;       /* nothing to make once: each run makes its own (user and) PID one */
+	if (p->net == PLAN_NET_HOST) {
+		/* No network namespace to make once. Each run makes its own (user and) PID one, and
+		 * the zygote forks each program into it (setns: CAP_SYS_ADMIN in its own user
+		 * namespace), so without root it needs a user namespace of its own all the same. */
+		if (L->euid != 0 && p->userns != PLAN_USERNS_NEVER && unshare(CLONE_NEWUSER) == 0) {
+			if (write_own_maps(L) != 0) {
+				report_fatal(W_IDMAP, errno, NULL);
+				return -1;
+			}
+			L->userns = s->userns = 1;
+			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+			report_applied("user-namespace");
+		}
+		return 0;
+	}
 	if (try_unshare(L, &net) < 0)
 		return -1;
 	if (L->userns)

@@ -290,6 +290,7 @@ static const char *const steps[W_COUNT] = {
 	[W_SECCOMP] = "seccomp",
 	[W_CGROUP] = "cgroup",
 	[W_SHARED_NET] = "shared-netns",
+	[W_WARM] = "warm",
 };
 
 const char *what_step(enum what w)
@@ -563,6 +564,14 @@ const char *explain(enum what w, int err)
 		       "and abstract unix sockets it may reach only without inet sockets (the seccomp "
 		       "filter) and with abstract unix sockets scoped (Landlock): one of them could "
 		       "not be applied, so nothing runs";
+	case W_WARM:
+		if (err == EINVAL)
+			return "a warm run needs a PID namespace of its own (--pidns, and a kernel that "
+			       "allows it): the zygote forks the program into it; run it with "
+			       "corral-launch instead";
+		if (err == EPIPE || err == ECONNRESET)
+			return "the zygote is gone";
+		return "the zygote could not fork the program into the run's namespaces";
 	case W_RLIMIT:
 	case W_COUNT:
 		break;

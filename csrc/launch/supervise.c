@@ -144,6 +144,23 @@ static int prog_start(struct launch *L, struct prog *c)
 		return -1;
 	}
 	report_flush();         /* our lines before the program's */
+	if (L->start_program) {
+		/* corral-zygote, only into a PID namespace, whose init (we) inherits C */
+		if (L->pidns)
+			c->pid = L->start_program(L, fds[1]);
+		else
+			errno = EINVAL;
+		err = errno;
+		close(fds[1]);
+		if (!L->pidns || c->pid < 0) {
+			close(fds[0]);
+			report_fatal(W_WARM, err, NULL);
+			return -1;
+		}
+		c->errfd = fds[0];
+		c->shown = c->pid;
+		return 0;
+	}
 	spawn.L = L;
 	spawn.parent = getpid();
 	spawn.rfd = fds[0];

@@ -22,7 +22,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MSG_MAX (1 << 20)       /* a run request, at most (its arguments) */
 #define ENV_MAX 1024
 
 static const char help_text[] =
@@ -74,6 +73,7 @@ static int parse_args(int argc, char **argv, char *err, size_t len)
 	long long n;
 
 	z.ctl = -1;
+	z.spawner = z.pidns = -1;
 	z.net = PLAN_NET_HOST;
 	z.userns = PLAN_USERNS_AUTO;
 	z.python = "/usr/bin/python3";
@@ -282,6 +282,17 @@ static void step_namespaces(struct strv *lines)
 		failed(lines->n ? lines->v[lines->n - 1] : "the namespaces could not be made");
 }
 
+/* 6b. S, which starts each run's A (spawner.c): forked now, while we are small, inside the
+ * namespaces just made; and our own PID namespace, which we leave for each C's fork. */
+static void step_spawner(void)
+{
+	z.pidns = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+	if (z.pidns < 0)
+		failed("cannot open /proc/self/ns/pid");
+	if (spawner_start(&z) != 0)
+		failed("cannot start the spawner process");
+}
+
 /* 7. (python.c) The interpreter, the preloaded modules. */
 static void step_python(struct strv *lines)
 {
@@ -293,8 +304,8 @@ static void step_python(struct strv *lines)
 }
 
 /* 8. Nothing of the interpreter's may be forked into the runs but memory: no thread (a fork
- * copies only the calling one, and a lock held by another stays held), no fd besides 0-2 and
- * the control socket (the program must not inherit it). */
+ * copies only the calling one, and a lock held by another stays held), no fd besides 0-2, the
+ * control socket, S's and our PID namespace (each C closes those). */
 static void step_check_inherited(void)
 {
 	char err[256], path[64], target[128];
@@ -319,7 +330,7 @@ static void step_check_inherited(void)
 	while (d && (e = readdir(d)) != NULL) {
 		fd = atoi(e->d_name);
 		if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd <= 2 || fd == z.ctl ||
-		    fd == dirfd(d))
+		    fd == z.spawner || fd == z.pidns || fd == dirfd(d))
 			continue;
 		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
 		n = readlink(path, target, sizeof target - 1);
@@ -373,22 +384,27 @@ static NORETURN void serve(void)
 {
 	char *buf = malloc(MSG_MAX);
 	int fds[RUN_NFDS + 1];
+	size_t cap = 16, npf;
+	struct pollfd *pf = malloc(cap * sizeof *pf);
 
-	if (!buf)
+	if (!buf || !pf)
 		failed("out of memory");
 	for (;;) {
-		struct pollfd pf[2] = {
-			{ z.ctl, POLLIN | POLLRDHUP | (ctl_queued() ? POLLOUT : 0), 0 },
-			{ z.sigfd, POLLIN, 0 },
-		};
 		int nfds, cut;
 		ssize_t n;
 
-		if (poll(pf, 2, -1) < 0) {
+		pf[0].fd = z.ctl;
+		pf[0].events = POLLIN | POLLRDHUP | (ctl_queued() ? POLLOUT : 0);
+		pf[1].fd = z.sigfd;
+		pf[1].events = POLLIN;
+		pf[0].revents = pf[1].revents = 0;
+		npf = request_poll(&pf, &cap, 2);       /* the runs' sockets: B's requests */
+		if (poll(pf, (nfds_t)npf, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
+		request_polled(&z, pf, 2, npf);
 		if (pf[1].revents & POLLIN) {
 			struct signalfd_siginfo si;
 			int stop = 0;
@@ -452,6 +468,7 @@ int main(int argc, char **argv)
 	step_session();                 /* 4. setsid */
 	signals_reset();                 /* 5. default dispositions */
 	step_namespaces(&lines);        /* 6. network (and user) namespace (ns.c) */
+	step_spawner();                 /* 6b. S, which starts the runs' A (spawner.c) */
 	step_python(&lines);            /* 7. the interpreter (python.c) */
 	step_check_inherited();         /* 8. one thread, no extra fd */
 	step_signals_read();            /* 9. SIGCHLD, and the ones that end the zygote */

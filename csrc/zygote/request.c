@@ -1,45 +1,48 @@
 /* request.c: run requests.
  *
- * `run\0ID\0ARG...` with exactly four fds (stdin, stdout, stderr, report): Z parses the
- * arguments (plan_parse, as the launcher would), prepares the seccomp filter (kept per distinct
- * filter: building one with libseccomp costs more than the rest of A's set-up), forks A, says
- * `pid\0ID\0PID` and goes on with the next message; when A has been reaped it says
- * `exit\0ID\0STATUS` (the raw wait status). A request that cannot start gets `error\0ID\0WHY`
- * and nothing else.
+ * `run\0ID\0ARG...` with exactly four fds (stdin, stdout, stderr, report): Z checks the
+ * message, makes the run's own socket and hands both to S (spawner.c), which starts A, a child
+ * of Z that follows the launcher's flow; Z says `pid\0ID\0PID` and goes on with the next
+ * message. On the run's socket B later asks for the program C, which Z forks from the warm
+ * interpreter into the run's namespaces (program.c) with the run's seccomp filter (kept per
+ * distinct filter: building one with libseccomp costs more than the rest of a run's set-up).
+ * When A has been reaped, and C too, Z says `exit\0ID\0STATUS` (A's raw wait status). A
+ * request that cannot start gets `error\0ID\0WHY` and nothing else.
  *
- * A puts the run's fds in place, checks what only the zygote forbids (a network or user
- * namespace other than the zygote's, another interpreter, other interpreter options, another
- * locale), and then follows the launcher's own flow (launch_run): the same report, the same
- * supervision, the same exit status. A usage error is written to the run's stderr as the
- * launcher writes its own ("corral-zygote: ...", exit 2).
+ * A checks what only the zygote forbids (a network or user namespace other than the zygote's,
+ * no PID namespace, another interpreter, other interpreter options, another locale) and writes a
+ * usage error to the run's stderr as the launcher writes its own ("corral-zygote: ...", exit 2).
  */
 #include "zygote.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define ARGS_MAX 65536          /* arguments in one request; plan.c bounds each kind anyway */
 #define FILTERS_MAX 16          /* distinct seccomp filters kept */
 #define STOP_MS 2000            /* at the end, how long the runs get to end after SIGTERM (A's
 				 * own B gets 1 s: INIT_STOP_MS) */
 
-/* ---- the runs going on: A's pid and the request's ID ---- */
+/* ---- the runs going on ---- */
 
 struct run {
-	pid_t pid;
+	pid_t pid;              /* A */
+	int sock;               /* Z's end of the run's socket (B's request); -1: closed */
 	char id[24];
 };
 
 static struct run *runs;
 static size_t nruns, caprun;
 
-static int runs_add(pid_t pid, const char *id)
+static int runs_add(pid_t pid, const char *id, int sock)
 {
 	if (nruns == caprun) {
 		size_t cap = caprun ? 2 * caprun : 64;
@@ -50,7 +53,9 @@ static int runs_add(pid_t pid, const char *id)
 		runs = r;
 		caprun = cap;
 	}
+	memset(&runs[nruns], 0, sizeof runs[nruns]);
 	runs[nruns].pid = pid;
+	runs[nruns].sock = sock;
 	snprintf(runs[nruns].id, sizeof runs[nruns].id, "%s", id);
 	nruns++;
 	return 0;
@@ -84,8 +89,8 @@ static char *filter_key(const struct plan *p, int sockets)
 	return k;
 }
 
-/* In Z, before the fork: the filter of this plan in seccomp.c's state, built once. */
-static void filter_prepare(const struct zygote *z, const struct plan *p)
+/* In Z, before the fork of C: the filter of this plan in seccomp.c's state, built once. */
+void request_filter(const struct zygote *z, const struct plan *p)
 {
 	struct launch L;
 	struct filter *f;
@@ -130,89 +135,6 @@ static void filter_prepare(const struct zygote *z, const struct plan *p)
 	}
 }
 
-/* ---- A ---- */
-
-static NORETURN void usage_error(const char *what)
-{
-	dprintf(STDERR_FILENO, "corral-zygote: %s\n", what);
-	_exit(EXIT_USAGE);
-}
-
-/* The run's fds on 0, 1, 2 and the report fd, and nothing else open: the control socket, the
- * signalfd and other runs' fds stay with the zygote. */
-static void step_fds(const int *fds, int rfd)
-{
-	int hi[RUN_NFDS], i, base = rfd >= 3 ? rfd + 1 : 3;
-
-	/* Above every target first, so that no dup2() below overwrites a source. */
-	for (i = 0; i < RUN_NFDS; i++) {
-		hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, base);
-		if (hi[i] < 0)
-			_exit(EXIT_SETUP);
-	}
-	for (i = 0; i < 3; i++)
-		if (dup2(hi[i], i) < 0)
-			_exit(EXIT_SETUP);
-	if (rfd >= 0 && dup2(hi[RUN_REPORT], rfd) < 0)
-		_exit(EXIT_SETUP);
-	if (rfd > 3)
-		close_fds(3, rfd - 1);
-	close_fds(rfd >= 3 ? rfd + 1 : 3, -1);
-}
-
-
-static const char *net_name(enum plan_net n)
-{
-	return n == PLAN_NET_HOST ? "host" : n == PLAN_NET_NEW ? "new" : "require";
-}
-
-static const char *userns_name(enum plan_userns u)
-{
-	return u == PLAN_USERNS_AUTO ? "auto" : u == PLAN_USERNS_NEVER ? "never" : "always";
-}
-
-/* The network namespace (or none) and the way namespaces are made are the zygote's, for all its
- * runs. --net new and require differ only when the namespace was refused: then this run gets
- * the launcher's answer (refused, or fatal for require) from ns.c. */
-static int check_namespaces(const struct zygote *z, const struct plan *p, char *err, size_t len)
-{
-	if ((p->net == PLAN_NET_HOST) != (z->net == PLAN_NET_HOST)) {
-		snprintf(err, len, "the run asks for --net %s but this zygote was started with --net "
-			 "%s: the network namespace is made once for all its runs", net_name(p->net),
-			 net_name(z->net));
-		return -1;
-	}
-	if (p->userns != z->userns) {
-		snprintf(err, len, "the run asks for --userns %s but this zygote was started with "
-			 "--userns %s", userns_name(p->userns), userns_name(z->userns));
-		return -1;
-	}
-	return 0;
-}
-
-static NORETURN void run_a(const struct zygote *z, struct plan *p, const char *perr,
-			   const int *fds)
-{
-	struct launch L;
-	char err[768];
-
-	step_fds(fds, perr ? -1 : p->report_fd);
-	signals_reset();
-	if (perr)
-		usage_error(perr);
-	if (p->mode != PLAN_RUN)
-		usage_error("--probe, --kill-uid and --help are not runs");
-	if (check_namespaces(z, p, err, sizeof err) != 0 ||
-	    py_check_run(z, p, err, sizeof err) != 0)
-		usage_error(err);
-	memset(&L, 0, sizeof L);
-	L.parent = z->self;             /* A's parent is the zygote, not --parent-pid's host */
-	L.shared = &z->ns;
-	L.seccomp_ready = 1;
-	L.run_program = py_run_program;
-	launch_run(&L, p);
-}
-
 /* ---- Z ---- */
 
 static void send3(const struct zygote *z, const char *a, const char *b, const char *c)
@@ -238,11 +160,10 @@ static const char *request_id(const char *s)
 void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds, int cut)
 {
 	static char *argv[ARGS_MAX + 1];
-	struct plan plan;
 	char perr[256], num[24];
 	const char *id = "0", *why = NULL;
 	size_t nf = 0, off = 0;
-	int i, parsed;
+	int i, err, sv[2];
 	pid_t pid;
 
 	/* Split into fields: the last one must end the message. */
@@ -276,30 +197,41 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		return;
 	}
 
-	/* argv[1] becomes plan_parse's argv[0]: the arguments follow. */
-	parsed = plan_parse(&plan, (int)(nf - 1), argv + 1, perr, sizeof perr) == 0;
-	if (parsed && plan.mode == PLAN_RUN && plan.seccomp != PLAN_MECH_OFF)
-		filter_prepare(z, &plan);
-	pid = fork();
-	if (pid == 0)
-		run_a(z, &plan, parsed ? NULL : perr, fds);
+	/* S parses the arguments (as the launcher would) and starts A: our child, its pid the
+	 * run's. The run's socket: one end to B, through S and A; ours for B's requests. */
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+		pid = -1;
+	} else {
+		pid = spawner_fork(z, msg, len, fds, sv[1]);
+		err = errno;
+		close(sv[1]);
+		if (pid < 0)
+			close(sv[0]);
+		errno = err;
+	}
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
-	if (parsed)
-		plan_free(&plan);
 	if (pid < 0) {
-		snprintf(perr, sizeof perr, "fork failed: %s", strerror(errno));
+		snprintf(perr, sizeof perr, "cannot start the run: %s", strerror(errno));
 		send3(z, "error", id, perr);
 		return;
 	}
-	if (runs_add(pid, id) != 0) {
+	if (runs_add(pid, id, sv[0]) != 0) {
 		/* Untracked, A could not be reported: end it now. */
 		kill(pid, SIGKILL);
+		close(sv[0]);
 		send3(z, "error", id, "out of memory");
 		return;
 	}
 	snprintf(num, sizeof num, "%d", (int)pid);
 	send3(z, "pid", id, num);
+}
+
+static void run_remove(struct run *r)
+{
+	if (r->sock >= 0)
+		close(r->sock);
+	*r = runs[--nruns];
 }
 
 static struct run *find(pid_t pid)
@@ -312,7 +244,7 @@ static struct run *find(pid_t pid)
 	return NULL;
 }
 
-void request_reap(struct zygote *z)
+int request_reap(struct zygote *z)
 {
 	char num[16];
 	int st;
@@ -325,7 +257,72 @@ void request_reap(struct zygote *z)
 			continue;
 		snprintf(num, sizeof num, "%d", st);
 		send3(z, "exit", r->id, num);
-		*r = runs[--nruns];
+		run_remove(r);
+	}
+	return pid < 0 && errno == ECHILD ? -1 : 0;
+}
+
+size_t request_poll(struct pollfd **pf, size_t *cap, size_t base)
+{
+	size_t i, n = base;
+
+	if (base + nruns > *cap) {
+		size_t c = 2 * (base + nruns);
+		struct pollfd *p = realloc(*pf, c * sizeof *p);
+
+		if (!p)
+			return base;    /* watched again once memory is found */
+		*pf = p;
+		*cap = c;
+	}
+	for (i = 0; i < nruns; i++) {
+		if (runs[i].sock < 0)
+			continue;
+		(*pf)[n].fd = runs[i].sock;
+		(*pf)[n].events = POLLIN;
+		(*pf)[n].revents = 0;
+		n++;
+	}
+	return n;
+}
+
+/* B asks for its program: fork C (program.c). It asks once: then the socket is closed. */
+static void run_request(struct zygote *z, struct run *r, char *buf)
+{
+	int fds[16], nfds, cut, i;
+	ssize_t n = ctl_recv(r->sock, buf, MSG_MAX, fds, 16, &nfds, &cut);
+	pid_t pid = -1;
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n > 0)              /* cut short: refused (EPROTO), not dropped */
+		pid = program_fork(z, r->sock, buf, cut ? 0 : (size_t)n, fds, nfds);
+	for (i = 0; i < nfds; i++)
+		close(fds[i]);
+	/* C is forked from this memory: nothing of this run's request may stay in it */
+	if (n > 0)
+		memset(buf, 0, (size_t)n);
+	(void)pid;
+	close(r->sock);         /* answered (or B is gone): nothing more from it */
+	r->sock = -1;
+}
+
+void request_polled(struct zygote *z, const struct pollfd *pf, size_t base, size_t n)
+{
+	static char *buf;
+	size_t i, j;
+
+	if (!buf && !(buf = malloc(MSG_MAX)))
+		return;
+	for (i = base; i < n; i++) {
+		if (!pf[i].revents)
+			continue;
+		for (j = 0; j < nruns; j++) {
+			if (runs[j].sock == pf[i].fd) {
+				run_request(z, &runs[j], buf);
+				break;
+			}
+		}
 	}
 }
 
@@ -345,7 +342,7 @@ void request_stop_all(struct zygote *z)
 			struct run *r = find(pid);
 
 			if (r)
-				*r = runs[--nruns];
+				run_remove(r);
 			continue;
 		}
 		if (pid < 0 && errno != EINTR)

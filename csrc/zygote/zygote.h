@@ -6,11 +6,15 @@
  *   python.c   the embedded interpreter: start-up, preloading, the program in C, its exit
  *   exec.c     what execve() would have done to C: capabilities, cmdline, environ, comm
  *
+ *   spawner.c  S, small, forked before the interpreter: starts each run's A (Z's child)
+ *   program.c  C, forked by Z into the run's namespaces on B's request, and B's end of that
+ *
  * corral-zygote is built from the launcher's files (all of csrc/launch but main.c) and these. Process
- * names as in launch.h: the zygote Z forks one A per run (its pid is the run's pid for the host),
- * A follows the launcher's own flow (launch_run), its B and C are the launcher's; C runs the
- * program in the interpreter it inherited from Z instead of an execve. The protocol is in
- * docs/internals.md, section "corral-zygote".
+ * names as in launch.h: for each run S starts an A (its pid is the run's pid for the host), A
+ * follows the launcher's own flow (launch_run) and forks the init B; B asks Z for the program C,
+ * which Z forks from the warm interpreter into B's namespaces, and which runs the program in that
+ * interpreter instead of an execve. The protocol is in docs/internals.md, section
+ * "corral-zygote".
  */
 #ifndef CORRAL_ZYGOTE_H
 #define CORRAL_ZYGOTE_H
@@ -19,6 +23,11 @@
 #include <sys/types.h>
 
 #include "../launch/launch.h"
+
+#define MSG_MAX (1 << 20)       /* a run request, at most (its arguments) */
+#define ARGS_MAX 65536          /* arguments in one request; plan.c bounds each kind anyway */
+
+struct pollfd;
 
 /* Exit codes of the zygote itself. */
 enum { ZYGOTE_FAILED = 1 };
@@ -38,6 +47,9 @@ struct zygote {
 	const char *preload;    /* --preload: module names, comma-separated, or NULL */
 	char **env;             /* --env, NULL-terminated: the environment Python starts in */
 	size_t nenv;
+	int spawner;            /* the socket to S */
+	pid_t spawner_pid;
+	int pidns;              /* our own PID namespace, to come back to after forking a C */
 };
 
 /* A growing list of strings (the ready message's lines). */
@@ -66,8 +78,32 @@ ssize_t ctl_recv(int fd, char *buf, size_t len, int *fds, int maxfds, int *nfds,
 
 /* A message from the host; closes the fds it came with (A has its own copies). */
 void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds, int cut);
-/* Reaps every A that has ended and sends its exit message. */
-void request_reap(struct zygote *z);
+/* Reaps every A that has ended and sends its exit message. 0, or -1: no child is left. */
+int request_reap(struct zygote *z);
+/* The runs' sockets to poll, at (*pf)[base...] (grown as needed): returns base + how many. */
+size_t request_poll(struct pollfd **pf, size_t *cap, size_t base);
+/* What poll() said of them: B's requests for its program. */
+void request_polled(struct zygote *z, const struct pollfd *pf, size_t base, size_t n);
+/* In Z, before forking a C: the plan's seccomp filter in seccomp.c's state (built once). */
+void request_filter(const struct zygote *z, const struct plan *p);
+
+/* ---- spawner.c ---- */
+
+/* In Z at start-up, before the interpreter: forks S. 0, or -1 with errno. */
+int spawner_start(struct zygote *z);
+/* A request (checked: "run\0ID\0ARGS...", its four fds) and the run's socket to S: A's pid, or -1
+ * with errno. */
+pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const int *fds,
+		   int runsock);
+
+/* ---- program.c ---- */
+
+/* In A: the hooks by which B gets its program from Z over sock (ARGS: the run's ID and
+ * arguments, which Z parses again). */
+void program_prepare(struct launch *L, int sock, char **args, size_t nargs);
+/* In Z: B's request on sock, with its fds (closed by the caller): forks C into B's namespaces
+ * and answers B. C's pid there, or -1 (B was told why). */
+pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds);
 /* The host closed the control socket: ends the runs still going (as SIGTERM ends a launcher's),
  * waits for them, and says nothing more. */
 void request_stop_all(struct zygote *z);

@@ -124,8 +124,10 @@ local function launch(what, code, opts, on_done, extra)
   run, err, ecode = make_run(pol, o, code, host)
   if not run then return nil, err, ecode end
   -- a warm policy's runs are forked by its zygote, with the same launcher arguments
+  -- (its program is forked into the run's PID namespace: without one the policy runs cold)
   local zygote
-  if pol.warm and M.warm_interpreters then
+  local probe = pol.warm and M.warm_interpreters and pol.pid_namespace and hostmod.probe()
+  if probe and probe.pid_namespace then
     zygote, err, ecode = warm.get(pol, o)
     if not zygote then cleanup(run) return nil, err, ecode end
     run.zygote = true

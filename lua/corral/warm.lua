@@ -3,10 +3,12 @@
 -- A policy with `warm = {preload = {...}}` runs its programs in processes forked from a
 -- pre-started interpreter (`corral-zygote`) instead of a freshly exec'd one. The zygote holds
 -- the long-lived part of the sandbox (the network namespace, and the user namespace that needs
--- when not root) and an interpreter that has imported the preload list; for every run it forks
--- process A of the launcher's usual plan (PID, mount and IPC namespaces, mounts, rlimits, uid,
--- Landlock, seccomp, budgets), so each run still gets its own process tree, work dir, limits and
--- kill, and nothing of one run reaches another (each is a fresh fork of the same warm state).
+-- when not root) and an interpreter that has imported the preload list; every run follows the
+-- launcher's usual plan (PID, mount and IPC namespaces, mounts, rlimits, uid, Landlock, seccomp,
+-- budgets) with its program forked from that interpreter into the run's namespaces, so each run
+-- still gets its own process tree, work dir, limits and kill, and nothing of one run reaches
+-- another (each is a fresh fork of the same warm state). Warm runs need a PID namespace: without
+-- one (the policy's or the kernel's choice) corral runs the policy cold.
 --
 -- One zygote per distinct (policy, interpreter, set-up) is started on first use and kept for
 -- the controller's life; a zygote that failed or died is replaced on the next run. An idle

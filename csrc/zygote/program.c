@@ -1,0 +1,412 @@
+/* program.c: the program C, forked by Z from the warm interpreter into a run's namespaces.
+ *
+ * A and B are small (spawner.c): B, the init of the run's PID namespace, holds no interpreter.
+ * When the launcher's flow reaches the program (supervise.c, L->start_program), B sends Z over
+ * the run's socket
+ *     fork\0MASK\0RFD\0CG\0MOUNTS\0ID\0ARGS...
+ * with the fds: B's stdin, stdout, stderr, C's end of B's pipe, B's /proc/self/ns file of each
+ * namespace in MASK (the CLONE_NEW* set of namespaces B is in and Z is not: the run's user
+ * namespace without root, mount, IPC, PID; in nstypes[] order), then the report fd (RFD: its
+ * number, -1 none) and the run cgroup's cgroup.procs (CG: 1, or 0 none). MOUNTS: what B
+ * mounted (mounts_state: landlock.c grants only what is the run's own). Namespace files, not a
+ * pidfd: setns() through a pidfd also asks for ptrace access to B, which is not dumpable, and
+ * without root the zygote has no CAP_SYS_PTRACE where B's memory belongs. Z parses ID ARGS again as the plan, loads its
+ * seccomp filter (request.c keeps them), enters B's PID namespace for its children
+ * (setns(CLONE_NEWPID)) and vforks I there, which forks C and exits: C, orphaned in
+ * B's namespace, becomes the child of its init B, as the launcher's C is (getppid() 1; B reaps
+ * it, counts its usage, detaches a PTRACE_TRACEME). Z reaps I, comes back to its own PID
+ * namespace and answers "forked\0PID" (C's pid in the namespace) or "failed\0ERRNO". C enters
+ * B's other namespaces (the user one first), puts its fds in place and follows child_run() as
+ * the launcher's C does. I shares Z's memory (vfork) until it exits: C is the one copy of it.
+ */
+#include "zygote.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/* the fds of a fork request, in order; then the report fd and cgroup.procs when there */
+enum { F_STDIN, F_STDOUT, F_STDERR, F_PIPE, F_FIXED };
+
+static const struct {
+	const char *name;
+	int flag;
+} nstypes[] = {
+	{ "user", CLONE_NEWUSER }, { "mnt", CLONE_NEWNS }, { "ipc", CLONE_NEWIPC },
+	{ "uts", CLONE_NEWUTS }, { "net", CLONE_NEWNET }, { "cgroup", CLONE_NEWCGROUP },
+	{ "pid", CLONE_NEWPID },
+};
+#define NNS (sizeof nstypes / sizeof nstypes[0])
+#define F_MAX (F_FIXED + NNS + 2)
+
+/* Where in a fork request's fds the file of namespace flag is (-1: not sent), and how many there
+ * are (flag 0). */
+static int ns_fd_index(int mask, int flag)
+{
+	size_t i;
+	int n = F_FIXED;
+
+	for (i = 0; i < NNS; i++) {
+		if (nstypes[i].flag == flag)
+			return (mask & flag) ? n : -1;
+		if (mask & nstypes[i].flag)
+			n++;
+	}
+	return n;
+}
+
+/* ---- B's end (and A's, which sets it up) ---- */
+
+static struct {
+	int sock;
+	char **args;            /* ID ARGS..., in A's copy of S's request */
+	size_t nargs;
+	dev_t dev[NNS];         /* the zygote's namespaces (A's, before ns_apply) */
+	ino_t ino[NNS];
+} b = { -1, NULL, 0, { 0 }, { 0 } };
+
+static int ns_id(const char *name, dev_t *dev, ino_t *ino)
+{
+	char path[48];
+	struct stat st;
+
+	snprintf(path, sizeof path, "/proc/self/ns/%s", name);
+	if (stat(path, &st) != 0)
+		return -1;
+	*dev = st.st_dev;
+	*ino = st.st_ino;
+	return 0;
+}
+
+static int ns_mask(void)
+{
+	size_t i;
+	int mask = 0;
+
+	for (i = 0; i < NNS; i++) {
+		dev_t d;
+		ino_t n;
+
+		if (ns_id(nstypes[i].name, &d, &n) == 0 && (d != b.dev[i] || n != b.ino[i]))
+			mask |= nstypes[i].flag;
+	}
+	return mask;
+}
+
+static int send_fields(int sock, const char *const *f, size_t nf, const int *fds, int nfds)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * F_MAX)];
+	} u;
+	struct iovec iov;
+	struct msghdr m;
+	struct cmsghdr *c;
+	size_t i, len = 0, off = 0;
+	char *buf;
+	ssize_t n;
+
+	for (i = 0; i < nf; i++)
+		len += strlen(f[i]) + 1;
+	buf = malloc(len);
+	if (!buf)
+		return -1;
+	for (i = 0; i < nf; i++) {
+		size_t l = strlen(f[i]) + 1;
+
+		memcpy(buf + off, f[i], l);
+		off += l;
+	}
+	iov.iov_base = buf;
+	iov.iov_len = len;
+	memset(&m, 0, sizeof m);
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = u.buf;
+	m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+	do
+		n = sendmsg(sock, &m, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	free(buf);
+	return n < 0 ? -1 : 0;
+}
+
+static pid_t b_start(struct launch *L, int wfd)
+{
+	const char **f = malloc((b.nargs + 5) * sizeof *f);
+	char mask[16], rfd[16], reply[32], mounts[PLAN_MOUNTS_MAX + 2];
+	int fds[F_MAX], nfds = F_FIXED, nsmask = ns_mask(), err = 0;
+	size_t i;
+	ssize_t n;
+	long v;
+
+	(void)L;
+	if (!f)
+		return -1;
+	fds[F_STDIN] = STDIN_FILENO;
+	fds[F_STDOUT] = STDOUT_FILENO;
+	fds[F_STDERR] = STDERR_FILENO;
+	fds[F_PIPE] = wfd;
+	for (i = 0; i < NNS && !err; i++) {
+		char path[48];
+
+		if (!(nsmask & nstypes[i].flag))
+			continue;
+		snprintf(path, sizeof path, "/proc/self/ns/%s", nstypes[i].name);
+		fds[nfds] = open(path, O_RDONLY | O_CLOEXEC);
+		if (fds[nfds] < 0)
+			err = errno;
+		else
+			nfds++;
+	}
+	snprintf(mask, sizeof mask, "%d", nsmask);
+	snprintf(rfd, sizeof rfd, "%d", report_get_fd());
+	if (report_get_fd() >= 0)
+		fds[nfds++] = report_get_fd();
+	if (budget_join_fd() >= 0)
+		fds[nfds++] = budget_join_fd();
+	mounts_state(mounts, sizeof mounts);
+	f[0] = "fork";
+	f[1] = mask;
+	f[2] = rfd;
+	f[3] = budget_join_fd() >= 0 ? "1" : "0";
+	f[4] = mounts;
+	for (i = 0; i < b.nargs; i++)
+		f[5 + i] = b.args[i];
+	if (!err && send_fields(b.sock, f, b.nargs + 5, fds, nfds) != 0)
+		err = errno;
+	free(f);
+	for (i = F_FIXED; i < (size_t)ns_fd_index(nsmask, 0); i++)
+		close(fds[i]);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	do
+		n = recv(b.sock, reply, sizeof reply - 1, 0);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0) {
+		errno = n == 0 ? EPIPE : errno;
+		return -1;
+	}
+	reply[n] = '\0';
+	v = n > 7 ? strtol(reply + 7, NULL, 10) : 0;
+	if (strcmp(reply, "forked") == 0 && v > 0)
+		return (pid_t)v;
+	errno = strcmp(reply, "failed") == 0 && v > 0 ? (int)v : EPROTO;
+	return -1;
+}
+
+void program_prepare(struct launch *L, int sock, char **args, size_t nargs)
+{
+	size_t i;
+
+	b.sock = sock;
+	b.args = args;
+	b.nargs = nargs;
+	for (i = 0; i < NNS; i++)
+		ns_id(nstypes[i].name, &b.dev[i], &b.ino[i]);
+	L->start_program = b_start;
+}
+
+/* ---- C ---- */
+
+/* fds[] to their places: 0-2, the report fd, the pipe and cgroup.procs above; nothing else
+ * (the namespace files neither). */
+static void c_fds(const int *fds, int nfds, int mask, int rfd, int cg, int *pipe_out, int *cg_out)
+{
+	int hi[F_MAX], i, top = rfd > 2 ? rfd : 2, n = ns_fd_index(mask, 0);
+
+	for (i = 0; i < nfds; i++) {
+		hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, top + 3);
+		if (hi[i] < 0)
+			_exit(EXIT_SETUP);
+	}
+	for (i = 0; i < 3; i++)
+		if (dup2(hi[F_STDIN + i], i) < 0)
+			_exit(EXIT_SETUP);
+	if (rfd >= 0 && dup3(hi[n++], rfd, O_CLOEXEC) < 0)
+		_exit(EXIT_SETUP);
+	*pipe_out = top + 1;
+	if (dup3(hi[F_PIPE], *pipe_out, O_CLOEXEC) < 0)
+		_exit(EXIT_SETUP);
+	*cg_out = -1;
+	if (cg) {
+		*cg_out = top + 2;
+		if (dup3(hi[n], *cg_out, O_CLOEXEC) < 0)
+			_exit(EXIT_SETUP);
+	}
+	for (i = 3; i < top + 1; i++)
+		if (i != rfd)
+			close(i);
+	close_fds(top + (cg ? 3 : 2), -1);
+}
+
+/* Until I has exited and B, the namespace's init, is our parent: I exits right after forking us
+ * (child_run checks that the parent is B, and sets the parent-death signal only then: the
+ * kernel sends it at a re-parenting). */
+static void await_init(void)
+{
+	pid_t pp = getppid();
+	int fd;
+
+	if (pp == 1)
+		return;
+	fd = (int)syscall(SYS_pidfd_open, pp, 0U);
+	if (fd >= 0) {
+		struct pollfd p = { fd, POLLIN, 0 };
+
+		if (getppid() == pp)
+			while (poll(&p, 1, -1) < 0 && errno == EINTR)
+				;
+		close(fd);
+	}
+}
+
+static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, const int *fds,
+			    int nfds, int rfd, int cg, const char *mounts)
+{
+	struct launch L;
+	int errfd, cgfd;
+
+	size_t i;
+
+	/* The rest of B's namespaces (the PID one is ours since the fork), the user namespace
+	 * first: it gives the capabilities the others ask for. */
+	for (i = 0; i < NNS; i++) {
+		int flag = nstypes[i].flag;
+		int k = ns_fd_index(mask, flag);
+
+		if (k >= 0 && flag != CLONE_NEWPID && setns(fds[k], flag) != 0) {
+			int err = errno;
+
+			c_fds(fds, nfds, mask, rfd, cg, &errfd, &cgfd);
+			child_die(errfd, W_WARM, err);
+		}
+	}
+	c_fds(fds, nfds, mask, rfd, cg, &errfd, &cgfd);
+	await_init();
+	setsid();               /* not in Z's session and group */
+	report_set_fd(rfd);
+	mounts_state_set(mounts);
+	if (cgfd >= 0)
+		budget_set_join_fd(cgfd);
+	memset(&L, 0, sizeof L);
+	L.plan = p;
+	L.sigfd = -1;
+	L.userns = (mask & CLONE_NEWUSER) || z->ns.userns;
+	L.run_program = py_run_program;
+	child_run(&L, 1, errfd);        /* I is gone: B, the namespace's init, is our parent */
+}
+
+/* ---- Z's end ---- */
+
+static int answer(int sock, const char *what, long v)
+{
+	char buf[32];
+	int len = snprintf(buf, sizeof buf, "%s%c%ld", what, '\0', v);
+	ssize_t n;
+
+	do
+		n = send(sock, buf, (size_t)len + 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -1 : 0;
+}
+
+/* In B's PID namespace (setns done): I, sharing our memory, forks C and exits; C is then B's.
+ * C's pid in the namespace, or -1 with errno. */
+static pid_t fork_orphan(const struct zygote *z, struct plan *p, int mask, const int *fds,
+			 int nfds, int rfd, int cg, const char *mounts)
+{
+	static volatile pid_t cpid;     /* written by I, in our memory */
+	static volatile int cerr;
+	pid_t i;
+	int st;
+
+	cpid = -1;
+	cerr = 0;
+	i = vfork();
+	if (i == 0) {
+		pid_t c = fork();
+
+		if (c == 0)
+			c_main(z, p, mask, fds, nfds, rfd, cg, mounts);
+		cpid = c;
+		cerr = errno;
+		_exit(0);
+	}
+	if (i < 0)
+		return -1;
+	while (waitpid(i, &st, 0) < 0 && errno == EINTR)
+		;
+	errno = cerr;
+	return cpid;
+}
+
+pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds)
+{
+	static char *argv[ARGS_MAX + 1];
+	struct plan plan;
+	char perr[256];
+	size_t nf = 0, off = 0;
+	int mask, rfd, cg, err = 0;
+	pid_t pid = -1;
+
+	while (off < len && nf < ARGS_MAX) {
+		argv[nf++] = msg + off;
+		off += strlen(msg + off) + 1;
+	}
+	argv[nf] = NULL;
+	if (nf < 6 || len == 0 || msg[len - 1] != '\0' || strcmp(argv[0], "fork") != 0) {
+		err = EPROTO;
+		goto out;
+	}
+	mask = atoi(argv[1]);
+	rfd = atoi(argv[2]);
+	cg = strcmp(argv[3], "1") == 0;
+	if (!(mask & CLONE_NEWPID) || nfds != ns_fd_index(mask, 0) + (rfd >= 0) + cg) {
+		err = EPROTO;
+		goto out;
+	}
+	if (plan_parse(&plan, (int)(nf - 5), argv + 5, perr, sizeof perr) != 0) {
+		err = EPROTO;
+		goto out;
+	}
+	if (plan.seccomp != PLAN_MECH_OFF)
+		request_filter(z, &plan);
+	if (setns(fds[ns_fd_index(mask, CLONE_NEWPID)], CLONE_NEWPID) != 0) {
+		err = errno;
+	} else {
+		pid = fork_orphan(z, &plan, mask, fds, nfds, rfd, cg, argv[4]);
+		err = pid < 0 ? errno : 0;
+		/* back to our own PID namespace for the next children (refused without root: every
+		 * fork of ours is into a run's namespace anyway, entered first) */
+		setns(z->pidns, CLONE_NEWPID);
+	}
+	plan_free(&plan);
+out:
+	if (pid > 0)
+		answer(sock, "forked", (long)pid);
+	else
+		answer(sock, "failed", err > 0 ? err : EPROTO);
+	return pid > 0 ? pid : -1;
+}

@@ -1,0 +1,267 @@
+/* spawner.c: S, the small process that starts each run's A.
+ *
+ * Z forks S at start-up, before the interpreter exists, so S holds a few hundred kB of memory
+ * where Z holds the interpreter's tens of MB. For each run Z sends S the host's request with its
+ * four fds and one end of the run's own socket; S parses it (plan.c) and starts A with
+ * clone(CLONE_PARENT): A is a copy of S (cheap to make, cheap to tear down) but Z's child, so
+ * that Z reaps it and A's pid is the run's for the host; S answers with that pid. A follows the
+ * launcher's flow (launch_run) with the init B forked from it as small; the program C alone is
+ * forked from Z's warm interpreter, on B's request over the run's socket (program.c).
+ *
+ * clone() without glibc's fork() leaves glibc's cached thread id of A at S's: A and B call
+ * nothing that uses it (raise, abort, pthread_kill).
+ */
+#include "zygote.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* the fds of a request to S: the run's four, then the run's socket */
+enum { S_RUNSOCK = RUN_NFDS, S_NFDS };
+
+/* ---- A ---- */
+
+static NORETURN void usage_error(const char *what)
+{
+	dprintf(STDERR_FILENO, "corral-zygote: %s\n", what);
+	_exit(EXIT_USAGE);
+}
+
+/* The run's fds on 0, 1, 2 and the report fd, the run's socket just above, and nothing else
+ * open: S's socket to Z stays with S. Returns the run socket's fd. */
+static int step_fds(const int *fds, int rfd)
+{
+	int hi[S_NFDS], i, base = rfd >= 3 ? rfd + 1 : 3, sock = base;
+
+	/* Above every target first, so that no dup2() below overwrites a source. */
+	for (i = 0; i < S_NFDS; i++) {
+		hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, base + 1);
+		if (hi[i] < 0)
+			_exit(EXIT_SETUP);
+	}
+	for (i = 0; i < 3; i++)
+		if (dup2(hi[i], i) < 0)
+			_exit(EXIT_SETUP);
+	if (rfd >= 0 && dup2(hi[RUN_REPORT], rfd) < 0)
+		_exit(EXIT_SETUP);
+	if (dup3(hi[S_RUNSOCK], sock, O_CLOEXEC) < 0)
+		_exit(EXIT_SETUP);
+	if (rfd > 3)
+		close_fds(3, rfd - 1);
+	close_fds(sock + 1, -1);
+	return sock;
+}
+
+static const char *net_name(enum plan_net n)
+{
+	return n == PLAN_NET_HOST ? "host" : n == PLAN_NET_NEW ? "new" : "require";
+}
+
+static const char *userns_name(enum plan_userns u)
+{
+	return u == PLAN_USERNS_AUTO ? "auto" : u == PLAN_USERNS_NEVER ? "never" : "always";
+}
+
+/* The network namespace (or none) and the way namespaces are made are the zygote's, for all its
+ * runs. --net new and require differ only when the namespace was refused: then this run gets
+ * the launcher's answer (refused, or fatal for require) from ns.c. */
+static int check_namespaces(const struct zygote *z, const struct plan *p, char *err, size_t len)
+{
+	if ((p->net == PLAN_NET_HOST) != (z->net == PLAN_NET_HOST)) {
+		snprintf(err, len, "the run asks for --net %s but this zygote was started with --net "
+			 "%s: the network namespace is made once for all its runs", net_name(p->net),
+			 net_name(z->net));
+		return -1;
+	}
+	if (p->userns != z->userns) {
+		snprintf(err, len, "the run asks for --userns %s but this zygote was started with "
+			 "--userns %s", userns_name(p->userns), userns_name(z->userns));
+		return -1;
+	}
+	if (!p->pidns) {
+		snprintf(err, len, "the run asks for no --pidns, but the zygote forks each program "
+			 "into its run's PID namespace (run it with corral-launch)");
+		return -1;
+	}
+	return 0;
+}
+
+static NORETURN void run_a(const struct zygote *z, struct plan *p, const char *perr,
+			   const int *fds, char **args, size_t nargs)
+{
+	struct launch L;
+	char err[768];
+	int sock;
+
+	sock = step_fds(fds, perr ? -1 : p->report_fd);
+	signals_reset();
+	if (perr)
+		usage_error(perr);
+	if (p->mode != PLAN_RUN)
+		usage_error("--probe, --kill-uid and --help are not runs");
+	if (check_namespaces(z, p, err, sizeof err) != 0 ||
+	    py_check_run(z, p, err, sizeof err) != 0)
+		usage_error(err);
+	memset(&L, 0, sizeof L);
+	L.parent = z->self;             /* A's parent is the zygote, not --parent-pid's host */
+	L.shared = &z->ns;
+	L.seccomp_ready = 1;            /* C gets the filter from Z */
+	program_prepare(&L, sock, args, nargs);
+	launch_run(&L, p);
+}
+
+/* ---- S ---- */
+
+static int reply(int sock, long v)
+{
+	char num[24];
+	ssize_t n;
+
+	snprintf(num, sizeof num, "%ld", v);
+	do
+		n = send(sock, num, strlen(num) + 1, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -1 : 0;
+}
+
+/* One request: "run\0ID\0ARGS..." (checked by Z) with S_NFDS fds. */
+static void spawn_one(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds)
+{
+	static char *argv[ARGS_MAX + 1];
+	struct plan plan;
+	char perr[256];
+	size_t nf = 0, off = 0;
+	int i, parsed = 0;
+	long pid = -EINVAL;
+
+	while (off < len && nf < ARGS_MAX) {
+		argv[nf++] = msg + off;
+		off += strlen(msg + off) + 1;
+	}
+	argv[nf] = NULL;
+	if (nfds == S_NFDS && nf >= 2 && len > 0 && msg[len - 1] == '\0') {
+		/* argv[1], the ID, becomes plan_parse's argv[0]: the arguments follow. */
+		parsed = plan_parse(&plan, (int)(nf - 1), argv + 1, perr, sizeof perr) == 0;
+		pid = syscall(SYS_clone, CLONE_PARENT, NULL, NULL, NULL, 0);
+		if (pid == 0)
+			run_a(z, &plan, parsed ? NULL : perr, fds, argv + 1, nf - 1);
+		if (pid < 0)
+			pid = -errno;
+		if (parsed)
+			plan_free(&plan);
+	}
+	for (i = 0; i < nfds; i++)
+		close(fds[i]);
+	if (reply(sock, pid) != 0)
+		_exit(0);       /* Z is gone */
+}
+
+static NORETURN void spawner_main(const struct zygote *z, int sock)
+{
+	char *buf = malloc(MSG_MAX);
+	int fds[S_NFDS + 1];
+
+	prctl(PR_SET_NAME, "corral-spawner", 0, 0, 0);
+	if (!buf || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != z->self)
+		_exit(0);
+	for (;;) {
+		struct pollfd pf = { sock, POLLIN, 0 };
+		int nfds, cut;
+		ssize_t n;
+
+		if (poll(&pf, 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(0);
+		}
+		n = ctl_recv(sock, buf, MSG_MAX, fds, S_NFDS + 1, &nfds, &cut);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (n <= 0 && nfds == 0)
+			_exit(0);       /* EOF: Z is done */
+		spawn_one(z, sock, buf, cut ? 0 : (size_t)n, fds, cut ? 0 : nfds);
+		/* The next A is a copy of this memory: nothing of this request may be in it. */
+		memset(buf, 0, (size_t)(n > 0 ? n : 0));
+	}
+}
+
+int spawner_start(struct zygote *z)
+{
+	int sv[2];
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		close(sv[0]);
+		close(z->ctl);          /* the host's socket is Z's alone */
+		spawner_main(z, sv[1]);
+	}
+	close(sv[1]);
+	if (pid < 0) {
+		close(sv[0]);
+		return -1;
+	}
+	z->spawner = sv[0];
+	z->spawner_pid = pid;
+	return 0;
+}
+
+pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const int *fds,
+		   int runsock)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * S_NFDS)];
+	} u;
+	int all[S_NFDS];
+	struct iovec iov = { (void *)msg, len };
+	struct msghdr m;
+	struct cmsghdr *c;
+	char num[24];
+	ssize_t n;
+	long v;
+
+	memcpy(all, fds, RUN_NFDS * sizeof *fds);
+	all[S_RUNSOCK] = runsock;
+	memset(&m, 0, sizeof m);
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = u.buf;
+	m.msg_controllen = sizeof u.buf;
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof all);
+	memcpy(CMSG_DATA(c), all, sizeof all);
+	do
+		n = sendmsg(z->spawner, &m, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	do
+		n = recv(z->spawner, num, sizeof num - 1, 0);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0) {
+		errno = n == 0 ? EPIPE : errno;
+		return -1;
+	}
+	num[n] = '\0';
+	v = strtol(num, NULL, 10);
+	if (v <= 0) {
+		errno = v < 0 ? (int)-v : EPROTO;
+		return -1;
+	}
+	return (pid_t)v;
+}
