@@ -47,7 +47,7 @@ HTTP_PARSER_LIBS   ?= -lhttp_parser
 BUILD_PKGS := gcc libc6-dev make pkg-config lua5.4 liblua5.4-dev libuv1-dev libseccomp-dev libhttp-parser-dev \
 	libpython3.11-dev
 TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind lua-check \
-	curl nginx libnginx-mod-http-lua lua-resty-core python3-yaml shellcheck wrk
+	curl nginx libnginx-mod-http-lua lua-resty-core python3-yaml shellcheck wrk python3-numpy
 RUN_PKGS   := $(BUILD_PKGS) libseccomp2 libhttp-parser2.9 libpython3.11 lua-cjson python3 bubblewrap
 # libFuzzer: clang (Debian 12: clang-14) and its runtime libclang_rt.fuzzer (libclang-rt-14-dev)
 FUZZ_PKGS  := $(BUILD_PKGS) clang libclang-rt-14-dev
@@ -210,17 +210,17 @@ THROUGHPUT_RUNS ?= 300
 SERVE_SECONDS ?= 5
 RSS_RUNS ?= 2000
 BENCH_JSON ?=
-bench: all
+bench: all deps-test
 	$(LUA) bench/bench.lua --runs $(BENCH_N) --throughput-runs $(THROUGHPUT_RUNS) \
 		--serve-seconds $(SERVE_SECONDS) --rss-runs $(RSS_RUNS) $(if $(BENCH_JSON),--json $(BENCH_JSON))
 
-bench-rss: all
+bench-rss: all deps-test
 	$(LUA) bench/bench.lua --only rss \
 		--rss-runs $(if $(filter command line environment,$(origin RSS_RUNS)),$(RSS_RUNS),10000) \
 		$(if $(BENCH_JSON),--json $(BENCH_JSON))
 
 # a warm run of corral-zygote (the default policy's plan) against bare python3, interleaved
-bench-zygote: all
+bench-zygote: all deps-test
 	$(LUA) bench/zygote.lua 200
 
 # wrk against corral serve on loopback for 30 s at 64 connections: requests/s, p50/p99, rejects,

@@ -386,6 +386,25 @@ json.mark = 1
     assert.are.equal("True", a[3])
   end)
 
+  it("reseeds numpy.random's global generator in every run (python3-numpy)", function()
+    local code = "import sys\nprint('numpy' in sys.modules)\nimport numpy\nprint(numpy.random.randint(1 << 62))"
+    local p1, p2 = Z.plan(code), Z.plan(code)
+    local out = Z.drive({
+      { op = "ready" },
+      Z.run_step(1, p1.args), { op = "wait" },
+      Z.run_step(2, p2.args), { op = "wait" },
+      { op = "close" },
+    }, zargs("--preload", "numpy"))
+    p1.close()
+    p2.close()
+    assert.is_falsy(table.concat(out.ready, "\n"):find("preload-failed", 1, true), table.concat(out.ready, "\n"))
+    local a = { out.runs["1"].stdout:match("^(%S+)\n(%d+)\n$") }
+    local b = { out.runs["2"].stdout:match("^(%S+)\n(%d+)\n$") }
+    assert.are.equal("True", a[1], out.runs["1"].stdout .. out.runs["1"].stderr)
+    assert.are.equal("True", b[1], out.runs["2"].stdout .. out.runs["2"].stderr)
+    assert.are_not.equal(a[2], b[2])
+  end)
+
   it("has the preloaded modules in sys.modules before the program starts", function()
     local p = Z.plan("import sys\nprint('json' in sys.modules, 'decimal' in sys.modules)")
     local out = Z.drive({ { op = "ready" }, Z.run_step(1, p.args), { op = "wait" }, { op = "close" } },

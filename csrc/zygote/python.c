@@ -53,7 +53,7 @@ static const char *const locale_vars[] = { "LC_ALL", "LC_CTYPE", "LANG" };
 /* A run's standard stream, made as Python/pylifecycle.c's create_stdio() makes it for `-u`,
  * when the fd is not of the kind the zygote's own stream was made for (see std_kind). */
 static const char stream_src[] =
-	"import io as _io, os as _os\n"
+	"import io as _io, os as _os, sys as _sys\n"
 	"def stream(fd, write, name, encoding, errors):\n"
 	"    try:\n"
 	"        _os.fstat(fd)\n"
@@ -64,7 +64,18 @@ static const char stream_src[] =
 	"    raw.name = name\n"
 	"    s = _io.TextIOWrapper(buf, encoding, errors, '\\n', False, write)\n"
 	"    s.mode = 'w' if write else 'r'\n"
-	"    return s\n";
+	"    return s\n"
+	/* numpy.random's global generator is seeded once, at import: each run reseeds it (random's
+	 * own handler reseeds random's). Quietly: a failure would otherwise print on the run's
+	 * stderr. */
+	"def _reseed():\n"
+	"    m = _sys.modules.get('numpy.random')\n"
+	"    if m is not None:\n"
+	"        try:\n"
+	"            m.seed()\n"
+	"        except Exception:\n"
+	"            pass\n"
+	"_os.register_at_fork(after_in_child=_reseed)\n";
 
 /* What a standard stream caches from its fd when it is made: whether it can seek (FileIO,
  * TextIOWrapper) and the block size (the size of stdin's buffer). */
