@@ -7,6 +7,8 @@ empty environment, its control socket on a SOCK_SEQPACKET socketpair. Each step 
 "op":
   ready                     wait for the ready message
   run   id args [stdin]     send `run` with four fresh pipes (stdin gets the bytes, then EOF)
+  await_exit [timeout]      the zygote exits by itself (EOF without our closing the socket)
+  kill_spawner              SIGKILL to the zygote's corral-spawner child
   wait  [ids] [timeout] [eof]
                             until those runs (default: all) have their exit (or error) and EOF on
                             their pipes (eof: EOF alone)
@@ -228,6 +230,31 @@ def main():
             seen = d.unexpected
             while time.monotonic() < deadline and d.unexpected == seen:
                 d.pump(0.05)
+        elif op == "kill_spawner":
+            # the zygote's child named corral-spawner (spawner.c)
+            for pid in os.listdir("/proc"):
+                try:
+                    with open("/proc/%s/stat" % pid) as f:
+                        stat = f.read()
+                except (OSError, ValueError):
+                    continue
+                name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+                if name == "corral-spawner" and int(rest[1]) == d.proc.pid:
+                    os.kill(int(pid), signal.SIGKILL)
+                    emit({"event": "spawner-killed", "pid": int(pid)})
+        elif op == "await_exit":
+            # the zygote ends by itself: its socket reaches EOF without our closing it
+            deadline = time.monotonic() + step.get("timeout", 10)
+            while not d.eof and time.monotonic() < deadline:
+                d.pump(0.05)
+            status = None
+            if d.eof:
+                try:
+                    status = d.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+            emit({"event": "exit", "status": status, "stderr": ""})
+            d.close(1)
         elif op == "close":
             d.close(step.get("timeout", 10))
         elif op == "signal":

@@ -388,21 +388,39 @@ json.mark = 1
 
   it("reseeds numpy.random's global generator in every run (python3-numpy)", function()
     local code = "import sys\nprint('numpy' in sys.modules)\nimport numpy\nprint(numpy.random.randint(1 << 62))"
-    local p1, p2 = Z.plan(code), Z.plan(code)
+    -- the program's own forks are not reseeded, as python3's are not
+    local forks = "import os, numpy\nnumpy.random.seed(7)\npid = os.fork()\nv = numpy.random.randint(1 << 62)\n"
+      .. "if pid == 0:\n    print(v, flush=True)\n    os._exit(0)\nos.waitpid(pid, 0)\nprint(v)"
+    local p1, p2, p3 = Z.plan(code), Z.plan(code), Z.plan(forks)
     local out = Z.drive({
       { op = "ready" },
       Z.run_step(1, p1.args), { op = "wait" },
       Z.run_step(2, p2.args), { op = "wait" },
+      Z.run_step(3, p3.args), { op = "wait" },
       { op = "close" },
     }, zargs("--preload", "numpy"))
     p1.close()
     p2.close()
+    p3.close()
     assert.is_falsy(table.concat(out.ready, "\n"):find("preload-failed", 1, true), table.concat(out.ready, "\n"))
+    local c, p = out.runs["3"].stdout:match("^(%d+)\n(%d+)\n$")
+    assert.is_truthy(c, out.runs["3"].stdout .. out.runs["3"].stderr)
+    assert.are.equal(c, p)
     local a = { out.runs["1"].stdout:match("^(%S+)\n(%d+)\n$") }
     local b = { out.runs["2"].stdout:match("^(%S+)\n(%d+)\n$") }
     assert.are.equal("True", a[1], out.runs["1"].stdout .. out.runs["1"].stderr)
     assert.are.equal("True", b[1], out.runs["2"].stdout .. out.runs["2"].stderr)
     assert.are_not.equal(a[2], b[2])
+  end)
+
+  it("gives the program a working rseq: sched_getcpu() follows the CPU it is moved to", function()
+    local code = "import ctypes, os\nlibc = ctypes.CDLL(None)\ncpus = sorted(os.sched_getaffinity(0))\nbad = []\n"
+      .. "for i in range(100):\n    c = cpus[i % len(cpus)]\n    os.sched_setaffinity(0, {c})\n"
+      .. "    if libc.sched_getcpu() != c:\n        bad.append(c)\nprint(len(cpus), bad[:5])"
+    local p = Z.plan(code)
+    local out = Z.drive({ { op = "ready" }, Z.run_step(1, p.args), { op = "wait" }, { op = "close" } }, zargs())
+    p.close()
+    assert.is_truthy(out.runs["1"].stdout:match("^%d+ %[%]\n$"), out.runs["1"].stdout .. out.runs["1"].stderr)
   end)
 
   it("has the preloaded modules in sys.modules before the program starts", function()
@@ -596,6 +614,20 @@ time.sleep(0.2)
     assert.are.equal("up\n", out.runs["1"].stdout)
     assert.is_truthy(out.runs["1"].pid)
     assert.is_nil(out.runs["1"].status)
+  end)
+
+  it("exits once its runs are done when its spawner is gone, so that the host starts another", function()
+    local p1, p2 = Z.plan("print('one')"), Z.plan("print('two')")
+    local out = Z.drive({ { op = "ready" }, Z.run_step(1, p1.args), { op = "wait" }, { op = "kill_spawner" },
+      { op = "sleep", s = 0.3 }, Z.run_step(2, p2.args), { op = "await_exit", timeout = 5 } }, zargs())
+    p1.close()
+    p2.close()
+    assert.are.equal("one\n", out.runs["1"].stdout)
+    -- no run after that: the zygote has exited (its host ends the runs it sent with a launch
+    -- error when the socket reaches EOF, and starts another zygote for the next ones)
+    assert.is_truthy(out.exit, "the zygote did not exit")
+    assert.are.equal(0, int(out.exit.status))
+    assert.are_not.equal("two\n", out.runs["2"] and out.runs["2"].stdout)
   end)
 
   it("ends its runs and exits on SIGTERM", function()

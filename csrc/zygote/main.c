@@ -291,6 +291,8 @@ static void step_spawner(void)
 		failed("cannot open /proc/self/ns/pid");
 	if (spawner_start(&z) != 0)
 		failed("cannot start the spawner process");
+	if (program_key() != 0)
+		failed("cannot draw the key that checks the runs' requests (getrandom)");
 }
 
 /* 7. (python.c) The interpreter, the preloaded modules. */
@@ -405,6 +407,10 @@ static NORETURN void serve(void)
 			break;
 		}
 		request_polled(&z, pf, 2, npf);
+		/* Without S no run can start: once the last one is done, the host sees EOF and starts
+		 * another zygote (corral.warm replaces one that exited). */
+		if (z.broken && request_idle())
+			break;
 		if (pf[1].revents & POLLIN) {
 			struct signalfd_siginfo si;
 			int stop = 0;

@@ -23,7 +23,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,12 +31,13 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/rseq.h>
 #include <sys/wait.h>
+#include <linux/nsfs.h>
 #include <unistd.h>
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
 
 /* the fds of a fork request, in order; then the report fd and cgroup.procs when there */
 enum { F_STDIN, F_STDOUT, F_STDERR, F_PIPE, F_FIXED };
@@ -154,7 +154,7 @@ static pid_t b_start(struct launch *L, int wfd)
 {
 	const char **f = malloc((b.nargs + 5) * sizeof *f);
 	char mask[16], rfd[16], reply[32], mounts[PLAN_MOUNTS_MAX + 2];
-	int fds[F_MAX], nfds = F_FIXED, nsmask = ns_mask(), err = 0;
+	int fds[F_MAX], nfds = F_FIXED, nsmask = ns_mask(), nsend, err = 0;
 	size_t i;
 	ssize_t n;
 	long v;
@@ -178,6 +178,7 @@ static pid_t b_start(struct launch *L, int wfd)
 		else
 			nfds++;
 	}
+	nsend = nfds;           /* the namespace files opened: ours to close */
 	snprintf(mask, sizeof mask, "%d", nsmask);
 	snprintf(rfd, sizeof rfd, "%d", report_get_fd());
 	if (report_get_fd() >= 0)
@@ -195,7 +196,7 @@ static pid_t b_start(struct launch *L, int wfd)
 	if (!err && send_fields(b.sock, f, b.nargs + 5, fds, nfds) != 0)
 		err = errno;
 	free(f);
-	for (i = F_FIXED; i < (size_t)ns_fd_index(nsmask, 0); i++)
+	for (i = F_FIXED; i < (size_t)nsend; i++)
 		close(fds[i]);
 	if (err) {
 		errno = err;
@@ -261,35 +262,42 @@ static void c_fds(const int *fds, int nfds, int mask, int rfd, int cg, int *pipe
 	close_fds(top + (cg ? 3 : 2), -1);
 }
 
-/* Until I has exited and B, the namespace's init, is our parent: I exits right after forking us
- * (child_run checks that the parent is B, and sets the parent-death signal only then: the
- * kernel sends it at a re-parenting). */
-static void await_init(void)
+/* Until I has exited and B, the namespace's init, is our parent: Z says so on a pipe once it
+ * has reaped I (child_run checks that the parent is B, and sets the parent-death signal only
+ * then: the kernel sends it at a re-parenting). */
+static void await_init(const int *sync)
 {
-	pid_t pp = getppid();
-	int fd;
+	char c;
 
-	if (pp == 1)
-		return;
-	fd = (int)syscall(SYS_pidfd_open, pp, 0U);
-	if (fd >= 0) {
-		struct pollfd p = { fd, POLLIN, 0 };
+	close(sync[1]);
+	while (read(sync[0], &c, 1) < 0 && errno == EINTR)
+		;
+	close(sync[0]);
+}
 
-		if (getppid() == pp)
-			while (poll(&p, 1, -1) < 0 && errno == EINTR)
-				;
-		close(fd);
+/* The kernel drops the rseq registration of a CLONE_VM child (I), and C inherits I's: glibc,
+ * which registered it in Z, would read a stale CPU number forever (sched_getcpu). Again. */
+static void rseq_again(void)
+{
+#ifdef RSEQ_SIG
+	if (__rseq_size > 0) {
+		struct rseq *r = (struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
+
+		r->cpu_id = RSEQ_CPU_ID_UNINITIALIZED;
+		syscall(SYS_rseq, r, __rseq_size < 32 ? 32U : __rseq_size, 0, RSEQ_SIG);
 	}
+#endif
 }
 
 static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, const int *fds,
-			    int nfds, int rfd, int cg, const char *mounts)
+			    int nfds, int rfd, int cg, const char *mounts, const int *sync)
 {
 	struct launch L;
 	int errfd, cgfd;
-
 	size_t i;
 
+	await_init(sync);
+	rseq_again();
 	/* The rest of B's namespaces (the PID one is ours since the fork), the user namespace
 	 * first: it gives the capabilities the others ask for. */
 	for (i = 0; i < NNS; i++) {
@@ -304,7 +312,6 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
 		}
 	}
 	c_fds(fds, nfds, mask, rfd, cg, &errfd, &cgfd);
-	await_init();
 	setsid();               /* not in Z's session and group */
 	report_set_fd(rfd);
 	mounts_state_set(mounts);
@@ -319,6 +326,106 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
 }
 
 /* ---- Z's end ---- */
+
+/* B's request is checked against the host's: its ID and ARGS must be the bytes the host sent
+ * (a keyed hash of them is kept per run, not the bytes: a run's C must not find another run's
+ * arguments in Z's memory), its namespaces exactly the ones a run has, each of its type and
+ * owned by the run's user namespace (or Z's, as root), whose parent is Z's. The key is drawn
+ * after S was forked: neither S nor any A or B has it. */
+static uint64_t key[2];
+static struct stat own_userns;
+
+int program_key(void)
+{
+	if (getrandom(key, sizeof key, 0) != (ssize_t)sizeof key)
+		return -1;
+	return stat("/proc/self/ns/user", &own_userns);
+}
+
+/* SipHash-2-4 of len bytes at m, under key */
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND do { \
+		v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32); \
+		v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2; \
+		v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0; \
+		v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32); \
+	} while (0)
+
+uint64_t program_digest(const char *m, size_t len)
+{
+	uint64_t v0 = 0x736f6d6570736575ULL ^ key[0], v1 = 0x646f72616e646f6dULL ^ key[1];
+	uint64_t v2 = 0x6c7967656e657261ULL ^ key[0], v3 = 0x7465646279746573ULL ^ key[1];
+	uint64_t w, last = (uint64_t)len << 56;
+	size_t i, full = len & ~(size_t)7;
+
+	for (i = 0; i < full; i += 8) {
+		memcpy(&w, m + i, 8);   /* little-endian hosts: the reference's byte order */
+		v3 ^= w;
+		SIPROUND;
+		SIPROUND;
+		v0 ^= w;
+	}
+	for (i = 0; i < (len & 7); i++)
+		last |= (uint64_t)(unsigned char)m[full + i] << (8 * i);
+	v3 ^= last;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= last;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+static int same_file(int fd, const struct stat *st)
+{
+	struct stat f;
+
+	return fstat(fd, &f) == 0 && f.st_dev == st->st_dev && f.st_ino == st->st_ino;
+}
+
+/* The namespaces of B's request, as a run of this zygote has them: 0, or -1. */
+static int check_namespaces_of(const struct zygote *z, int mask, const int *fds)
+{
+	int want = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC, owner = -1, ok = 1;
+	struct stat ust;
+	size_t i;
+
+	/* a user namespace of the run's own whenever Z has one (or --userns always) */
+	if (z->ns.userns || z->userns == PLAN_USERNS_ALWAYS)
+		want |= CLONE_NEWUSER;
+	if (mask != want)
+		return -1;
+	for (i = 0; i < NNS; i++) {
+		int k = ns_fd_index(mask, nstypes[i].flag);
+
+		if (k >= 0 && ioctl(fds[k], NS_GET_NSTYPE) != nstypes[i].flag)
+			return -1;
+	}
+	if (mask & CLONE_NEWUSER) {
+		int u = fds[ns_fd_index(mask, CLONE_NEWUSER)];
+		int parent = ioctl(u, NS_GET_PARENT);
+
+		ok = parent >= 0 && same_file(parent, &own_userns) && fstat(u, &ust) == 0;
+		if (parent >= 0)
+			close(parent);
+	} else {
+		ust = own_userns;
+	}
+	for (i = 0; ok && i < NNS; i++) {
+		int k = ns_fd_index(mask, nstypes[i].flag);
+
+		if (k < 0 || nstypes[i].flag == CLONE_NEWUSER)
+			continue;
+		owner = ioctl(fds[k], NS_GET_USERNS);
+		ok = owner >= 0 && same_file(owner, &ust);
+		if (owner >= 0)
+			close(owner);
+	}
+	return ok ? 0 : -1;
+}
 
 static int answer(int sock, const char *what, long v)
 {
@@ -339,9 +446,12 @@ static pid_t fork_orphan(const struct zygote *z, struct plan *p, int mask, const
 {
 	static volatile pid_t cpid;     /* written by I, in our memory */
 	static volatile int cerr;
+	static int sync[2];             /* C waits on it until I is reaped */
 	pid_t i;
-	int st;
+	int st, err;
 
+	if (pipe2(sync, O_CLOEXEC) != 0)
+		return -1;
 	cpid = -1;
 	cerr = 0;
 	i = vfork();
@@ -349,20 +459,27 @@ static pid_t fork_orphan(const struct zygote *z, struct plan *p, int mask, const
 		pid_t c = fork();
 
 		if (c == 0)
-			c_main(z, p, mask, fds, nfds, rfd, cg, mounts);
+			c_main(z, p, mask, fds, nfds, rfd, cg, mounts, sync);
 		cpid = c;
 		cerr = errno;
 		_exit(0);
 	}
-	if (i < 0)
-		return -1;
-	while (waitpid(i, &st, 0) < 0 && errno == EINTR)
-		;
-	errno = cerr;
-	return cpid;
+	err = errno;
+	if (i > 0) {
+		while (waitpid(i, &st, 0) < 0 && errno == EINTR)
+			;
+		err = cerr;
+	}
+	if (cpid > 0)
+		(void)!write(sync[1], "", 1);
+	close(sync[0]);
+	close(sync[1]);
+	errno = err;
+	return i > 0 ? cpid : -1;
 }
 
-pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds)
+pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds,
+		   uint64_t digest)
 {
 	static char *argv[ARGS_MAX + 1];
 	struct plan plan;
@@ -383,7 +500,9 @@ pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int 
 	mask = atoi(argv[1]);
 	rfd = atoi(argv[2]);
 	cg = strcmp(argv[3], "1") == 0;
-	if (!(mask & CLONE_NEWPID) || nfds != ns_fd_index(mask, 0) + (rfd >= 0) + cg) {
+	if (!(mask & CLONE_NEWPID) || nfds != ns_fd_index(mask, 0) + (rfd >= 0) + cg ||
+	    program_digest(argv[5], (size_t)(msg + len - argv[5])) != digest ||
+	    check_namespaces_of(z, mask, fds) != 0) {
 		err = EPROTO;
 		goto out;
 	}

@@ -65,17 +65,13 @@ static const char stream_src[] =
 	"    s = _io.TextIOWrapper(buf, encoding, errors, '\\n', False, write)\n"
 	"    s.mode = 'w' if write else 'r'\n"
 	"    return s\n"
-	/* numpy.random's global generator is seeded once, at import: each run reseeds it (random's
-	 * own handler reseeds random's). Quietly: a failure would otherwise print on the run's
-	 * stderr. */
-	"def _reseed():\n"
+	/* numpy.random's global generator is seeded once, at import: C reseeds it, once, after
+	 * the fork (random reseeds its own in its at-fork handler). Not an at-fork handler: the
+	 * program's own forks must not reseed it, as python3's do not. */
+	"def reseed():\n"
 	"    m = _sys.modules.get('numpy.random')\n"
 	"    if m is not None:\n"
-	"        try:\n"
-	"            m.seed()\n"
-	"        except Exception:\n"
-	"            pass\n"
-	"_os.register_at_fork(after_in_child=_reseed)\n";
+	"        m.seed()\n";
 
 /* What a standard stream caches from its fd when it is made: whether it can seek (FileIO,
  * TextIOWrapper) and the block size (the size of stdin's buffer). */
@@ -105,6 +101,7 @@ static struct {
 	PyObject *std[3];               /* the zygote's sys.stdin, stdout, stderr ... */
 	struct std_kind kind[3];        /* ... made for fds of these kinds */
 	PyObject *stream;               /* stream_src's stream() */
+	PyObject *reseed;               /* stream_src's reseed() */
 	PyObject *encodings[3][2];      /* each stream's encoding and errors */
 	PyObject *environ;              /* posix.environ: os.environ._data, os.environb._data */
 	PyObject *extra_env;            /* [(name, value)] bytes: what the start-up set in environ */
@@ -363,8 +360,10 @@ static int prepare_run_state(const struct zygote *z)
 	Py_DECREF(code);
 	py.stream = PyDict_GetItemString(globals, "stream");
 	Py_XINCREF(py.stream);
+	py.reseed = PyDict_GetItemString(globals, "reseed");
+	Py_XINCREF(py.reseed);
 	Py_DECREF(globals);
-	if (!py.stream)
+	if (!py.stream || !py.reseed)
 		return -1;
 	/* The start-up fds were valid (canonical_std): all three streams exist. */
 	for (i = 0; i < 3; i++) {
@@ -1270,6 +1269,21 @@ static NORETURN void end(int code)
 	_exit(code & 0xff);
 }
 
+/* The generators seeded once in Z that Python's own at-fork handlers leave alone (numpy's):
+ * reseeded, or the run does not start (it would draw the numbers every run draws). */
+static void reseed(void)
+{
+	PyObject *r = PyObject_CallNoArgs(py.reseed);
+
+	if (!r) {
+		dprintf(STDERR_FILENO, "corral-zygote: a preloaded random generator could not be "
+			"reseeded:\n");
+		PyErr_Print();
+		_exit(1);
+	}
+	Py_DECREF(r);
+}
+
 NORETURN void py_run_program(const struct launch *L, int errfd)
 {
 	const struct plan *p = L->plan;
@@ -1284,6 +1298,7 @@ NORETURN void py_run_program(const struct launch *L, int errfd)
 	close_fds(3, -1);
 	exec_dumpable();
 	PyOS_AfterFork_Child();
+	reseed();
 	for (s = 1; s < NSIG; s++)
 		if (s != SIGKILL && s != SIGSTOP)
 			sigaction(s, &py.sig[s], NULL);

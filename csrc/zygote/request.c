@@ -6,7 +6,8 @@
  * message. On the run's socket B later asks for the program C, which Z forks from the warm
  * interpreter into the run's namespaces (program.c) with the run's seccomp filter (kept per
  * distinct filter: building one with libseccomp costs more than the rest of a run's set-up).
- * When A has been reaped, and C too, Z says `exit\0ID\0STATUS` (A's raw wait status). A
+ * When A has been reaped, Z says `exit\0ID\0STATUS` (A's raw wait status): C was B's child, and
+ * B was reaped by A. A
  * request that cannot start gets `error\0ID\0WHY` and nothing else.
  *
  * A checks what only the zygote forbids (a network or user namespace other than the zygote's,
@@ -36,13 +37,14 @@
 struct run {
 	pid_t pid;              /* A */
 	int sock;               /* Z's end of the run's socket (B's request); -1: closed */
+	uint64_t digest;        /* program_digest() of the request's ID and ARGS */
 	char id[24];
 };
 
 static struct run *runs;
 static size_t nruns, caprun;
 
-static int runs_add(pid_t pid, const char *id, int sock)
+static int runs_add(pid_t pid, const char *id, int sock, uint64_t digest)
 {
 	if (nruns == caprun) {
 		size_t cap = caprun ? 2 * caprun : 64;
@@ -56,6 +58,7 @@ static int runs_add(pid_t pid, const char *id, int sock)
 	memset(&runs[nruns], 0, sizeof runs[nruns]);
 	runs[nruns].pid = pid;
 	runs[nruns].sock = sock;
+	runs[nruns].digest = digest;
 	snprintf(runs[nruns].id, sizeof runs[nruns].id, "%s", id);
 	nruns++;
 	return 0;
@@ -204,6 +207,8 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 	} else {
 		pid = spawner_fork(z, msg, len, fds, sv[1]);
 		err = errno;
+		if (pid < 0 && (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == EPROTO))
+			z->broken = 1;  /* S is gone (or broke the protocol): see request_idle() */
 		close(sv[1]);
 		if (pid < 0)
 			close(sv[0]);
@@ -216,7 +221,8 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		send3(z, "error", id, perr);
 		return;
 	}
-	if (runs_add(pid, id, sv[0]) != 0) {
+	/* "run\0" skipped: the ID and ARGS, as B sends them back */
+	if (runs_add(pid, id, sv[0], program_digest(msg + 4, len - 4)) != 0) {
 		/* Untracked, A could not be reported: end it now. */
 		kill(pid, SIGKILL);
 		close(sv[0]);
@@ -253,6 +259,8 @@ int request_reap(struct zygote *z)
 	while ((pid = waitpid(-1, &st, WNOHANG)) > 0 || (pid < 0 && errno == EINTR)) {
 		struct run *r = pid > 0 ? find(pid) : NULL;
 
+		if (pid > 0 && pid == z->spawner_pid)
+			z->broken = 1;
 		if (!r)
 			continue;
 		snprintf(num, sizeof num, "%d", st);
@@ -260,6 +268,11 @@ int request_reap(struct zygote *z)
 		run_remove(r);
 	}
 	return pid < 0 && errno == ECHILD ? -1 : 0;
+}
+
+int request_idle(void)
+{
+	return nruns == 0;
 }
 
 size_t request_poll(struct pollfd **pf, size_t *cap, size_t base)
@@ -296,7 +309,7 @@ static void run_request(struct zygote *z, struct run *r, char *buf)
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n > 0)              /* cut short: refused (EPROTO), not dropped */
-		pid = program_fork(z, r->sock, buf, cut ? 0 : (size_t)n, fds, nfds);
+		pid = program_fork(z, r->sock, buf, cut ? 0 : (size_t)n, fds, nfds, r->digest);
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
 	/* C is forked from this memory: nothing of this run's request may stay in it */

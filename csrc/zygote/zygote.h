@@ -20,6 +20,7 @@
 #define CORRAL_ZYGOTE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "../launch/launch.h"
@@ -50,6 +51,7 @@ struct zygote {
 	int spawner;            /* the socket to S */
 	pid_t spawner_pid;
 	int pidns;              /* our own PID namespace, to come back to after forking a C */
+	int broken;             /* S is gone: no new run can start; exit once the runs are done */
 };
 
 /* A growing list of strings (the ready message's lines). */
@@ -80,6 +82,8 @@ ssize_t ctl_recv(int fd, char *buf, size_t len, int *fds, int maxfds, int *nfds,
 void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds, int cut);
 /* Reaps every A that has ended and sends its exit message. 0, or -1: no child is left. */
 int request_reap(struct zygote *z);
+/* 1: no run is going on. */
+int request_idle(void);
 /* The runs' sockets to poll, at (*pf)[base...] (grown as needed): returns base + how many. */
 size_t request_poll(struct pollfd **pf, size_t *cap, size_t base);
 /* What poll() said of them: B's requests for its program. */
@@ -101,9 +105,14 @@ pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const in
 /* In A: the hooks by which B gets its program from Z over sock (ARGS: the run's ID and
  * arguments, which Z parses again). */
 void program_prepare(struct launch *L, int sock, char **args, size_t nargs);
+/* In Z, after S was forked: the key of program_digest(). 0, or -1. */
+int program_key(void);
+/* The keyed hash of a request's ID and ARGS, kept per run to check B's request against. */
+uint64_t program_digest(const char *bytes, size_t len);
 /* In Z: B's request on sock, with its fds (closed by the caller): forks C into B's namespaces
- * and answers B. C's pid there, or -1 (B was told why). */
-pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds);
+ * and answers B. C's pid there, or -1 (B was told why). digest: the host's request's. */
+pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds,
+		   uint64_t digest);
 /* The host closed the control socket: ends the runs still going (as SIGTERM ends a launcher's),
  * waits for them, and says nothing more. */
 void request_stop_all(struct zygote *z);

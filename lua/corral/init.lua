@@ -127,7 +127,8 @@ local function launch(what, code, opts, on_done, extra)
   -- (its program is forked into the run's PID namespace: without one the policy runs cold)
   local zygote
   local probe = pol.warm and M.warm_interpreters and pol.pid_namespace and hostmod.probe()
-  if probe and probe.pid_namespace then
+  if probe and probe.pid_namespace and (probe.root or pol.user_namespace ~= "never"
+      or (probe.caps["pid-namespace"] or {}).ok) then
     zygote, err, ecode = warm.get(pol, o)
     if not zygote then cleanup(run) return nil, err, ecode end
     run.zygote = true
