@@ -617,17 +617,15 @@ time.sleep(0.2)
   end)
 
   it("exits once its runs are done when its spawner is gone, so that the host starts another", function()
-    local p1, p2 = Z.plan("print('one')"), Z.plan("print('two')")
+    local p1 = Z.plan("print('one')")
     local out = Z.drive({ { op = "ready" }, Z.run_step(1, p1.args), { op = "wait" }, { op = "kill_spawner" },
-      { op = "sleep", s = 0.3 }, Z.run_step(2, p2.args), { op = "await_exit", timeout = 5 } }, zargs())
+      { op = "await_exit", timeout = 5 } }, zargs())
     p1.close()
-    p2.close()
     assert.are.equal("one\n", out.runs["1"].stdout)
-    -- no run after that: the zygote has exited (its host ends the runs it sent with a launch
-    -- error when the socket reaches EOF, and starts another zygote for the next ones)
+    -- its host ends the runs it sent meanwhile with a launch error when the socket reaches EOF,
+    -- and starts another zygote for the next ones
     assert.is_truthy(out.exit, "the zygote did not exit")
     assert.are.equal(0, int(out.exit.status))
-    assert.are_not.equal("two\n", out.runs["2"] and out.runs["2"].stdout)
   end)
 
   it("ends its runs and exits on SIGTERM", function()
