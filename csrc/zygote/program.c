@@ -4,13 +4,13 @@
  * When the launcher's flow reaches the program (supervise.c, L->start_program), B sends Z over
  * the run's socket
  *     fork\0MASK\0RFD\0CG\0MOUNTS\0ID\0ARGS...
- * with the fds: B's stdin, stdout, stderr, C's end of B's pipe, B's /proc/self/ns file of each
- * namespace in MASK (the CLONE_NEW* set of namespaces B is in and Z is not: the run's user
- * namespace without root, mount, IPC, PID; in nstypes[] order), then the report fd (RFD: its
- * number, -1 none) and the run cgroup's cgroup.procs (CG: 1, or 0 none). MOUNTS: what B
- * mounted (mounts_state: landlock.c grants only what is the run's own). Namespace files, not a
- * pidfd: setns() through a pidfd also asks for ptrace access to B, which is not dumpable, and
- * without root the zygote has no CAP_SYS_PTRACE where B's memory belongs. Z parses ID ARGS again as the plan, loads its
+ * with the fds: B's stdin, stdout, stderr, C's end of B's pipe, B's /proc/self/ns files of its
+ * user, mount, IPC and PID namespaces (MASK: those four CLONE_NEW* flags; Z finds which are not
+ * its own: all but the user one as root), then the report fd (RFD: its number, -1 none) and the
+ * run cgroup's cgroup.procs (CG: 1, or 0 none). MOUNTS: what B mounted (mounts_state:
+ * landlock.c grants only what is the run's own). Namespace files, not a pidfd: setns() through a
+ * pidfd also asks for ptrace access to B, which is not dumpable, and without root the zygote has
+ * no CAP_SYS_PTRACE where B's memory belongs. Z parses ID ARGS again as the plan, loads its
  * seccomp filter (request.c keeps them), enters B's PID namespace for its children
  * (setns(CLONE_NEWPID)) and vforks I there, which forks C and exits: C, orphaned in
  * B's namespace, becomes the child of its init B, as the launcher's C is (getppid() 1; B reaps
@@ -47,9 +47,10 @@ static const struct {
 	int flag;
 } nstypes[] = {
 	{ "user", CLONE_NEWUSER }, { "mnt", CLONE_NEWNS }, { "ipc", CLONE_NEWIPC },
-	{ "uts", CLONE_NEWUTS }, { "net", CLONE_NEWNET }, { "cgroup", CLONE_NEWCGROUP },
 	{ "pid", CLONE_NEWPID },
 };
+/* the namespaces B sends: all four, always (Z finds which differ from its own) */
+#define NS_SENT (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID)
 #define NNS (sizeof nstypes / sizeof nstypes[0])
 #define F_MAX (F_FIXED + NNS + 2)
 
@@ -75,37 +76,7 @@ static struct {
 	int sock;
 	char **args;            /* ID ARGS..., in A's copy of S's request */
 	size_t nargs;
-	dev_t dev[NNS];         /* the zygote's namespaces (A's, before ns_apply) */
-	ino_t ino[NNS];
-} b = { -1, NULL, 0, { 0 }, { 0 } };
-
-static int ns_id(const char *name, dev_t *dev, ino_t *ino)
-{
-	char path[48];
-	struct stat st;
-
-	snprintf(path, sizeof path, "/proc/self/ns/%s", name);
-	if (stat(path, &st) != 0)
-		return -1;
-	*dev = st.st_dev;
-	*ino = st.st_ino;
-	return 0;
-}
-
-static int ns_mask(void)
-{
-	size_t i;
-	int mask = 0;
-
-	for (i = 0; i < NNS; i++) {
-		dev_t d;
-		ino_t n;
-
-		if (ns_id(nstypes[i].name, &d, &n) == 0 && (d != b.dev[i] || n != b.ino[i]))
-			mask |= nstypes[i].flag;
-	}
-	return mask;
-}
+} b = { -1, NULL, 0 };
 
 static int send_fields(int sock, const char *const *f, size_t nf, const int *fds, int nfds)
 {
@@ -154,7 +125,7 @@ static pid_t b_start(struct launch *L, int wfd)
 {
 	const char **f = malloc((b.nargs + 5) * sizeof *f);
 	char mask[16], rfd[16], reply[32], mounts[PLAN_MOUNTS_MAX + 2];
-	int fds[F_MAX], nfds = F_FIXED, nsmask = ns_mask(), nsend, err = 0;
+	int fds[F_MAX], nfds = F_FIXED, nsend, err = 0;
 	size_t i;
 	ssize_t n;
 	long v;
@@ -169,8 +140,6 @@ static pid_t b_start(struct launch *L, int wfd)
 	for (i = 0; i < NNS && !err; i++) {
 		char path[48];
 
-		if (!(nsmask & nstypes[i].flag))
-			continue;
 		snprintf(path, sizeof path, "/proc/self/ns/%s", nstypes[i].name);
 		fds[nfds] = open(path, O_RDONLY | O_CLOEXEC);
 		if (fds[nfds] < 0)
@@ -179,7 +148,7 @@ static pid_t b_start(struct launch *L, int wfd)
 			nfds++;
 	}
 	nsend = nfds;           /* the namespace files opened: ours to close */
-	snprintf(mask, sizeof mask, "%d", nsmask);
+	snprintf(mask, sizeof mask, "%d", NS_SENT);
 	snprintf(rfd, sizeof rfd, "%d", report_get_fd());
 	if (report_get_fd() >= 0)
 		fds[nfds++] = report_get_fd();
@@ -219,13 +188,9 @@ static pid_t b_start(struct launch *L, int wfd)
 
 void program_prepare(struct launch *L, int sock, char **args, size_t nargs)
 {
-	size_t i;
-
 	b.sock = sock;
 	b.args = args;
 	b.nargs = nargs;
-	for (i = 0; i < NNS; i++)
-		ns_id(nstypes[i].name, &b.dev[i], &b.ino[i]);
 	L->start_program = b_start;
 }
 
@@ -233,9 +198,9 @@ void program_prepare(struct launch *L, int sock, char **args, size_t nargs)
 
 /* fds[] to their places: 0-2, the report fd, the pipe and cgroup.procs above; nothing else
  * (the namespace files neither). */
-static void c_fds(const int *fds, int nfds, int mask, int rfd, int cg, int *pipe_out, int *cg_out)
+static void c_fds(const int *fds, int nfds, int rfd, int cg, int *pipe_out, int *cg_out)
 {
-	int hi[F_MAX], i, top = rfd > 2 ? rfd : 2, n = ns_fd_index(mask, 0);
+	int hi[F_MAX], i, top = rfd > 2 ? rfd : 2, n = ns_fd_index(NS_SENT, 0);
 
 	for (i = 0; i < nfds; i++) {
 		hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, top + 3);
@@ -302,16 +267,16 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
 	 * first: it gives the capabilities the others ask for. */
 	for (i = 0; i < NNS; i++) {
 		int flag = nstypes[i].flag;
-		int k = ns_fd_index(mask, flag);
+		int k = ns_fd_index(NS_SENT, flag);
 
-		if (k >= 0 && flag != CLONE_NEWPID && setns(fds[k], flag) != 0) {
+		if ((mask & flag) && flag != CLONE_NEWPID && setns(fds[k], flag) != 0) {
 			int err = errno;
 
-			c_fds(fds, nfds, mask, rfd, cg, &errfd, &cgfd);
+			c_fds(fds, nfds, rfd, cg, &errfd, &cgfd);
 			child_die(errfd, W_WARM, err);
 		}
 	}
-	c_fds(fds, nfds, mask, rfd, cg, &errfd, &cgfd);
+	c_fds(fds, nfds, rfd, cg, &errfd, &cgfd);
 	setsid();               /* not in Z's session and group */
 	report_set_fd(rfd);
 	mounts_state_set(mounts);
@@ -333,13 +298,23 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
  * owned by the run's user namespace (or Z's, as root), whose parent is Z's. The key is drawn
  * after S was forked: neither S nor any A or B has it. */
 static uint64_t key[2];
-static struct stat own_userns;
+static struct stat own_ns[NNS];        /* Z's, in nstypes[] order */
+#define own_userns own_ns[0]
 
 int program_key(void)
 {
+	size_t i;
+
 	if (getrandom(key, sizeof key, 0) != (ssize_t)sizeof key)
 		return -1;
-	return stat("/proc/self/ns/user", &own_userns);
+	for (i = 0; i < NNS; i++) {
+		char path[48];
+
+		snprintf(path, sizeof path, "/proc/self/ns/%s", nstypes[i].name);
+		if (stat(path, &own_ns[i]) != 0)
+			return -1;
+	}
+	return 0;
 }
 
 /* SipHash-2-4 of len bytes at m, under key */
@@ -386,26 +361,30 @@ static int same_file(int fd, const struct stat *st)
 	return fstat(fd, &f) == 0 && f.st_dev == st->st_dev && f.st_ino == st->st_ino;
 }
 
-/* The namespaces of B's request, as a run of this zygote has them: 0, or -1. */
-static int check_namespaces_of(const struct zygote *z, int mask, const int *fds)
+/* The namespaces of B's request, as a run of this zygote has them: the CLONE_NEW* set of those
+ * that are not Z's own, or -1. */
+static int check_namespaces_of(const struct zygote *z, const int *fds)
 {
-	int want = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC, owner = -1, ok = 1;
+	int want = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC, owner = -1, ok = 1, mask = 0;
 	struct stat ust;
 	size_t i;
 
+	for (i = 0; i < NNS; i++)
+		if (!same_file(fds[ns_fd_index(NS_SENT, nstypes[i].flag)], &own_ns[i]))
+			mask |= nstypes[i].flag;
 	/* a user namespace of the run's own whenever Z has one (or --userns always) */
 	if (z->ns.userns || z->userns == PLAN_USERNS_ALWAYS)
 		want |= CLONE_NEWUSER;
 	if (mask != want)
 		return -1;
 	for (i = 0; i < NNS; i++) {
-		int k = ns_fd_index(mask, nstypes[i].flag);
+		int k = ns_fd_index(NS_SENT, nstypes[i].flag);
 
-		if (k >= 0 && ioctl(fds[k], NS_GET_NSTYPE) != nstypes[i].flag)
+		if (ioctl(fds[k], NS_GET_NSTYPE) != nstypes[i].flag)
 			return -1;
 	}
 	if (mask & CLONE_NEWUSER) {
-		int u = fds[ns_fd_index(mask, CLONE_NEWUSER)];
+		int u = fds[ns_fd_index(NS_SENT, CLONE_NEWUSER)];
 		int parent = ioctl(u, NS_GET_PARENT);
 
 		ok = parent >= 0 && same_file(parent, &own_userns) && fstat(u, &ust) == 0;
@@ -415,16 +394,16 @@ static int check_namespaces_of(const struct zygote *z, int mask, const int *fds)
 		ust = own_userns;
 	}
 	for (i = 0; ok && i < NNS; i++) {
-		int k = ns_fd_index(mask, nstypes[i].flag);
+		int k = ns_fd_index(NS_SENT, nstypes[i].flag);
 
-		if (k < 0 || nstypes[i].flag == CLONE_NEWUSER)
+		if (nstypes[i].flag == CLONE_NEWUSER)
 			continue;
 		owner = ioctl(fds[k], NS_GET_USERNS);
 		ok = owner >= 0 && same_file(owner, &ust);
 		if (owner >= 0)
 			close(owner);
 	}
-	return ok ? 0 : -1;
+	return ok ? mask : -1;
 }
 
 static int answer(int sock, const char *what, long v)
@@ -500,9 +479,9 @@ pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int 
 	mask = atoi(argv[1]);
 	rfd = atoi(argv[2]);
 	cg = strcmp(argv[3], "1") == 0;
-	if (!(mask & CLONE_NEWPID) || nfds != ns_fd_index(mask, 0) + (rfd >= 0) + cg ||
+	if (mask != NS_SENT || nfds != ns_fd_index(NS_SENT, 0) + (rfd >= 0) + cg ||
 	    program_digest(argv[5], (size_t)(msg + len - argv[5])) != digest ||
-	    check_namespaces_of(z, mask, fds) != 0) {
+	    (mask = check_namespaces_of(z, fds)) < 0) {
 		err = EPROTO;
 		goto out;
 	}
@@ -512,7 +491,7 @@ pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int 
 	}
 	if (plan.seccomp != PLAN_MECH_OFF)
 		request_filter(z, &plan);
-	if (setns(fds[ns_fd_index(mask, CLONE_NEWPID)], CLONE_NEWPID) != 0) {
+	if (setns(fds[ns_fd_index(NS_SENT, CLONE_NEWPID)], CLONE_NEWPID) != 0) {
 		err = errno;
 	} else {
 		pid = fork_orphan(z, &plan, mask, fds, nfds, rfd, cg, argv[4]);
