@@ -119,6 +119,39 @@ int ctl_send(int fd, const char *const *fields, size_t n)
 	return ctl_flush(fd);
 }
 
+int msg_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * MSG_FDS_MAX)];
+	} u;
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr m;
+	struct cmsghdr *c;
+	ssize_t n;
+
+	if (nfds < 0 || nfds > MSG_FDS_MAX) {
+		errno = EINVAL;
+		return -1;
+	}
+	memset(&m, 0, sizeof m);
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	if (nfds > 0) {
+		m.msg_control = u.buf;
+		m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+	}
+	do
+		n = sendmsg(fd, &m, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -1 : 0;
+}
+
 ssize_t ctl_recv(int fd, char *buf, size_t len, int *fds, int maxfds, int *nfds, int *cut)
 {
 	union {

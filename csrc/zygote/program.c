@@ -80,16 +80,9 @@ static struct {
 
 static int send_fields(int sock, const char *const *f, size_t nf, const int *fds, int nfds)
 {
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * F_MAX)];
-	} u;
-	struct iovec iov;
-	struct msghdr m;
-	struct cmsghdr *c;
 	size_t i, len = 0, off = 0;
 	char *buf;
-	ssize_t n;
+	int r;
 
 	for (i = 0; i < nf; i++)
 		len += strlen(f[i]) + 1;
@@ -102,23 +95,9 @@ static int send_fields(int sock, const char *const *f, size_t nf, const int *fds
 		memcpy(buf + off, f[i], l);
 		off += l;
 	}
-	iov.iov_base = buf;
-	iov.iov_len = len;
-	memset(&m, 0, sizeof m);
-	m.msg_iov = &iov;
-	m.msg_iovlen = 1;
-	m.msg_control = u.buf;
-	m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-	c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-	memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-	do
-		n = sendmsg(sock, &m, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
+	r = msg_send(sock, buf, len, fds, nfds);
 	free(buf);
-	return n < 0 ? -1 : 0;
+	return r;
 }
 
 static pid_t b_start(struct launch *L, int wfd)

@@ -221,34 +221,14 @@ int spawner_start(struct zygote *z)
 pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const int *fds,
 		   int runsock)
 {
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * S_NFDS)];
-	} u;
 	int all[S_NFDS];
-	struct iovec iov = { (void *)msg, len };
-	struct msghdr m;
-	struct cmsghdr *c;
 	char num[24];
 	ssize_t n;
 	long v;
 
 	memcpy(all, fds, RUN_NFDS * sizeof *fds);
 	all[S_RUNSOCK] = runsock;
-	memset(&m, 0, sizeof m);
-	m.msg_iov = &iov;
-	m.msg_iovlen = 1;
-	m.msg_control = u.buf;
-	m.msg_controllen = sizeof u.buf;
-	c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof all);
-	memcpy(CMSG_DATA(c), all, sizeof all);
-	do
-		n = sendmsg(z->spawner, &m, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
+	if (msg_send(z->spawner, msg, len, all, S_NFDS) != 0)
 		return -1;
 	do
 		n = recv(z->spawner, num, sizeof num - 1, 0);

@@ -71,6 +71,11 @@ int ctl_send(int fd, const char *const *fields, size_t n);
 int ctl_queued(void);                   /* 1: messages wait for POLLOUT */
 int ctl_flush(int fd);                  /* 0, or -1 with errno (as ctl_send) */
 
+/* One whole message with nfds fds (SCM_RIGHTS, MSG_FDS_MAX at most), blocking: between the
+ * zygote's own processes (S, B), not to the host. 0, or -1 with errno. */
+#define MSG_FDS_MAX 16
+int msg_send(int fd, const void *buf, size_t len, const int *fds, int nfds);
+
 /* One message into buf (len bytes at most) and up to maxfds fds (close-on-exec). Returns its
  * length, 0 at EOF, or -1 with errno. *nfds: how many fds came; *cut: 1 when the message or its
  * fds did not fit (what came is returned all the same, to be refused). */
