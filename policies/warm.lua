@@ -16,10 +16,10 @@ return policy.load("default"):extend {
   name = "warm",
   description = "default's sandbox, each run forked from a pre-started interpreter (zygote)",
   warm = {
-    -- what model-written programs import most; each module makes the interpreter every run is
-    -- forked from bigger, and a fork of a bigger process costs more (on the 2-CPU development
-    -- VM, print('hello') back to back: 2.8 ms a run with none of these, 3.3 ms with them,
-    -- 4.4 ms with twice as many)
+    -- what model-written programs import most; each module makes the interpreter every run's
+    -- program is forked from bigger, and a fork of a bigger process costs more (on the 2-CPU
+    -- development VM, make bench-zygote: 3.0 ms a run with none of these, 4.2 ms with them;
+    -- numpy as well, policy warm-numpy: about 2.5 ms more)
     preload = {
       "json", "re", "collections", "datetime", "decimal", "fractions", "statistics", "csv", "email",
       "math", "itertools", "functools",
