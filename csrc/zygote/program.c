@@ -54,20 +54,15 @@ static const struct {
 #define NNS (sizeof nstypes / sizeof nstypes[0])
 #define F_MAX (F_FIXED + NNS + 2)
 
-/* Where in a fork request's fds the file of namespace flag is (-1: not sent), and how many there
- * are (flag 0). */
-static int ns_fd_index(int mask, int flag)
+/* Where in a fork request's fds the file of namespace flag is (B sends all four, in nstypes[]
+ * order); flag 0: where the fds after them start. */
+static int ns_fd_index(int flag)
 {
 	size_t i;
-	int n = F_FIXED;
 
-	for (i = 0; i < NNS; i++) {
-		if (nstypes[i].flag == flag)
-			return (mask & flag) ? n : -1;
-		if (mask & nstypes[i].flag)
-			n++;
-	}
-	return n;
+	for (i = 0; i < NNS && nstypes[i].flag != flag; i++)
+		;
+	return F_FIXED + (int)i;
 }
 
 /* ---- B's end (and A's, which sets it up) ---- */
@@ -179,7 +174,7 @@ void program_prepare(struct launch *L, int sock, char **args, size_t nargs)
  * (the namespace files neither). */
 static void c_fds(const int *fds, int nfds, int rfd, int cg, int *pipe_out, int *cg_out)
 {
-	int hi[F_MAX], i, top = rfd > 2 ? rfd : 2, n = ns_fd_index(NS_SENT, 0);
+	int hi[F_MAX], i, top = rfd > 2 ? rfd : 2, n = ns_fd_index(0);
 
 	for (i = 0; i < nfds; i++) {
 		hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, top + 3);
@@ -246,7 +241,7 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
 	 * first: it gives the capabilities the others ask for. */
 	for (i = 0; i < NNS; i++) {
 		int flag = nstypes[i].flag;
-		int k = ns_fd_index(NS_SENT, flag);
+		int k = ns_fd_index(flag);
 
 		if ((mask & flag) && flag != CLONE_NEWPID && setns(fds[k], flag) != 0) {
 			int err = errno;
@@ -349,7 +344,7 @@ static int check_namespaces_of(const struct zygote *z, const int *fds)
 	size_t i;
 
 	for (i = 0; i < NNS; i++)
-		if (!same_file(fds[ns_fd_index(NS_SENT, nstypes[i].flag)], &own_ns[i]))
+		if (!same_file(fds[ns_fd_index(nstypes[i].flag)], &own_ns[i]))
 			mask |= nstypes[i].flag;
 	/* a user namespace of the run's own whenever Z has one (or --userns always) */
 	if (z->ns.userns || z->userns == PLAN_USERNS_ALWAYS)
@@ -357,13 +352,13 @@ static int check_namespaces_of(const struct zygote *z, const int *fds)
 	if (mask != want)
 		return -1;
 	for (i = 0; i < NNS; i++) {
-		int k = ns_fd_index(NS_SENT, nstypes[i].flag);
+		int k = ns_fd_index(nstypes[i].flag);
 
 		if (ioctl(fds[k], NS_GET_NSTYPE) != nstypes[i].flag)
 			return -1;
 	}
 	if (mask & CLONE_NEWUSER) {
-		int u = fds[ns_fd_index(NS_SENT, CLONE_NEWUSER)];
+		int u = fds[ns_fd_index(CLONE_NEWUSER)];
 		int parent = ioctl(u, NS_GET_PARENT);
 
 		ok = parent >= 0 && same_file(parent, &own_userns) && fstat(u, &ust) == 0;
@@ -373,7 +368,7 @@ static int check_namespaces_of(const struct zygote *z, const int *fds)
 		ust = own_userns;
 	}
 	for (i = 0; ok && i < NNS; i++) {
-		int k = ns_fd_index(NS_SENT, nstypes[i].flag);
+		int k = ns_fd_index(nstypes[i].flag);
 
 		if (nstypes[i].flag == CLONE_NEWUSER)
 			continue;
@@ -458,7 +453,7 @@ pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int 
 	mask = atoi(argv[1]);
 	rfd = atoi(argv[2]);
 	cg = strcmp(argv[3], "1") == 0;
-	if (mask != NS_SENT || nfds != ns_fd_index(NS_SENT, 0) + (rfd >= 0) + cg ||
+	if (mask != NS_SENT || nfds != ns_fd_index(0) + (rfd >= 0) + cg ||
 	    program_digest(argv[5], (size_t)(msg + len - argv[5])) != digest ||
 	    (mask = check_namespaces_of(z, fds)) < 0) {
 		err = EPROTO;
@@ -470,7 +465,7 @@ pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int 
 	}
 	if (plan.seccomp != PLAN_MECH_OFF)
 		request_filter(z, &plan);
-	if (setns(fds[ns_fd_index(NS_SENT, CLONE_NEWPID)], CLONE_NEWPID) != 0) {
+	if (setns(fds[ns_fd_index(CLONE_NEWPID)], CLONE_NEWPID) != 0) {
 		err = errno;
 	} else {
 		pid = fork_orphan(z, &plan, mask, fds, nfds, rfd, cg, argv[4]);

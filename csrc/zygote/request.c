@@ -7,8 +7,7 @@
  * interpreter into the run's namespaces (program.c) with the run's seccomp filter (kept per
  * distinct filter: building one with libseccomp costs more than the rest of a run's set-up).
  * When A has been reaped, Z says `exit\0ID\0STATUS` (A's raw wait status): C was B's child, and
- * B was reaped by A. A
- * request that cannot start gets `error\0ID\0WHY` and nothing else.
+ * B was reaped by A. A request that cannot start gets `error\0ID\0WHY` and nothing else.
  *
  * A checks what only the zygote forbids (a network or user namespace other than the zygote's,
  * no PID namespace, another interpreter, other interpreter options, another locale) and writes a
@@ -23,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -189,7 +189,7 @@ static NORETURN void spawner_main(const struct zygote *z, int sock)
 			continue;
 		if (n <= 0 && nfds == 0)
 			_exit(0);       /* EOF: Z is done */
-		spawn_one(z, sock, buf, cut ? 0 : (size_t)n, fds, cut ? 0 : nfds);
+		spawn_one(z, sock, buf, cut ? 0 : (size_t)n, fds, nfds);    /* cut: refused, fds closed */
 		/* The next A is a copy of this memory: nothing of this request may be in it. */
 		memset(buf, 0, (size_t)(n > 0 ? n : 0));
 	}
