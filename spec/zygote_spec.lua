@@ -173,6 +173,19 @@ class A:
         print('A.__del__ at exit')
 a = A()
 ]] },
+  { "buffered output the program froze", [[
+import gc, os
+f = os.fdopen(1, 'w', closefd=False)
+f.write('written at finalization\n')
+gc.freeze()
+]] },
+  { "buffered output frozen after gc.unfreeze()", [[
+import gc, os
+gc.unfreeze()
+f = os.fdopen(1, 'w', closefd=False)
+f.write('written at finalization\n')
+gc.freeze()
+]] },
   { "a suspended generator's finally", [[
 def gen():
     try:

@@ -116,8 +116,6 @@ static struct {
 	PyObject *exitfuncs;            /* atexit._run_exitfuncs */
 	PyObject *thread_count;         /* _thread._count */
 	PyObject *get_objects;          /* gc.get_objects */
-	PyObject *freeze_count;         /* gc.get_freeze_count */
-	long frozen;                    /* its value in Z */
 	int standard_hooks;             /* sys.path_hooks: zipimport's and FileFinder's alone */
 } py;
 
@@ -396,12 +394,11 @@ static int prepare_run_state(const struct zygote *z)
 	py.exitfuncs = attr_of("atexit", "_run_exitfuncs");
 	py.thread_count = attr_of("_thread", "_count");
 	py.get_objects = attr_of("gc", "get_objects");
-	py.freeze_count = attr_of("gc", "get_freeze_count");
 	py.standard_hooks = standard_hooks();
 	if (!py.environ || !PyDict_Check(py.environ) || !py.extra_env || !py.builtins ||
 	    !py.builtin_importer ||
 	    !py.source_loader || !py.sourceless_loader || !py.threading || !py.exitfuncs ||
-	    !py.thread_count || !py.get_objects || !py.freeze_count)
+	    !py.thread_count || !py.get_objects)
 		return -1;
 	PyErr_Clear();
 	return 0;
@@ -410,7 +407,7 @@ static int prepare_run_state(const struct zygote *z)
 /* Everything made so far goes to the collector's permanent generation. */
 static int freeze(void)
 {
-	PyObject *r, *n;
+	PyObject *r;
 
 	r = PyObject_CallMethod(PyImport_AddModule("gc"), "collect", NULL);
 	Py_XDECREF(r);
@@ -420,12 +417,7 @@ static int freeze(void)
 	Py_XDECREF(r);
 	if (!r)
 		return -1;
-	n = PyObject_CallNoArgs(py.freeze_count);
-	if (!n)
-		return -1;
-	py.frozen = PyLong_AsLong(n);
-	Py_DECREF(n);
-	return 0;
+	return py_frozen_mark();
 }
 
 int py_start(const struct zygote *z, struct strv *lines, char *err, size_t errlen)
@@ -1192,17 +1184,13 @@ static int needs_finalize(void)
 {
 	PyObject *list, *n;
 	Py_ssize_t i;
-	long frozen, threads;
+	long threads;
 	int r = 0;
 
 	n = PyObject_CallNoArgs(py.thread_count);
 	threads = n ? PyLong_AsLong(n) : -1;
 	Py_XDECREF(n);
-	n = PyObject_CallNoArgs(py.freeze_count);
-	frozen = n ? PyLong_AsLong(n) : -1;
-	Py_XDECREF(n);
-	/* Freeing frozen objects lowers the count; only gc.freeze() raises it. */
-	if (threads != 0 || frozen > py.frozen) {
+	if (threads != 0 || py_frozen_grew()) {
 		PyErr_Clear();
 		return 1;
 	}

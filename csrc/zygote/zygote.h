@@ -4,6 +4,7 @@
  *   control.c  the control socket: messages in (with their fds) and out (queued, never blocking)
  *   request.c  a run request: its plan, the seccomp filters kept, process A, reaping, the end
  *   python.c   the embedded interpreter: start-up, preloading, the program in C, its exit
+ *   pygc.c     whether the run froze objects (its one use of CPython's internal headers)
  *   exec.c     what execve() would have done to C: capabilities, cmdline, environ, comm
  *
  *   spawner.c  S, small, forked before the interpreter: starts each run's A (Z's child)
@@ -134,6 +135,11 @@ int py_check_run(const struct zygote *z, const struct plan *p, char *err, size_t
 /* In C, instead of execve: runs the program in the interpreter and exits as python3 does.
  * errfd: the pipe to the supervisor (child_die) until the program starts. */
 NORETURN void py_run_program(const struct launch *L, int errfd);
+
+/* ---- pygc.c ---- */
+
+int py_frozen_mark(void);       /* in Z, after gc.freeze(): 0, or -1 (no Python error set) */
+int py_frozen_grew(void);       /* in C: 1 when the run may have frozen objects of its own */
 
 /* ---- exec.c ---- */
 
