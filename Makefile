@@ -24,7 +24,8 @@ UV_LIBS    := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null)
 # the launcher's seccomp filter (csrc/launch/seccomp.c)
 SECCOMP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libseccomp 2>/dev/null)
 SECCOMP_LIBS   := $(or $(shell $(PKG_CONFIG) --static --libs libseccomp 2>/dev/null),-lseccomp)
-# the zygote links libseccomp dynamically (it links libpython dynamically anyway)
+# the zygote links libseccomp dynamically (it links libpython dynamically anyway), with -z now:
+# its spawner unmaps libpython, so no symbol may be looked up lazily after start-up (spawner.c)
 SECCOMP_DYN_LIBS := $(or $(shell $(PKG_CONFIG) --libs libseccomp 2>/dev/null),-lseccomp)
 # The launcher runs once per run: linked as a static PIE (glibc's libc.a and rcrt1.o from
 # libc6-dev, libseccomp.a from libseccomp-dev) it starts without the dynamic loader, about 0.3 ms
@@ -80,7 +81,7 @@ $(DYN_LAUNCHER): $(LAUNCH_SRC) $(LAUNCH_HDR)
 
 $(ZYGOTE): $(ZYGOTE_SRC) $(ZYGOTE_HDR)
 	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) $(PY_CFLAGS) -o $@ $(ZYGOTE_SRC) \
-		$(LDFLAGS) $(SECCOMP_DYN_LIBS) $(PY_LIBS)
+		$(LDFLAGS) -Wl,-z,now $(SECCOMP_DYN_LIBS) $(PY_LIBS)
 
 $(CORE_SO): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p csrc/corral

@@ -9,6 +9,7 @@ empty environment, its control socket on a SOCK_SEQPACKET socketpair. Each step 
   run   id args [stdin]     send `run` with four fresh pipes (stdin gets the bytes, then EOF)
   await_exit [timeout]      the zygote exits by itself (EOF without our closing the socket)
   kill_spawner              SIGKILL to the zygote's corral-spawner child
+  maps                      the memory maps of the zygote and of its spawner
   wait  [ids] [timeout] [eof]
                             until those runs (default: all) have their exit (or error) and EOF on
                             their pipes (eof: EOF alone)
@@ -39,6 +40,21 @@ import time
 def emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
+
+
+def spawners(zygote):
+    """The pids of the zygote's children named corral-spawner (spawner.c)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                stat = f.read()
+        except (OSError, ValueError):
+            continue
+        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if name == "corral-spawner" and int(rest[1]) == zygote:
+            found.append(int(pid))
+    return found
 
 
 class Run:
@@ -231,17 +247,18 @@ def main():
             while time.monotonic() < deadline and d.unexpected == seen:
                 d.pump(0.05)
         elif op == "kill_spawner":
-            # the zygote's child named corral-spawner (spawner.c)
-            for pid in os.listdir("/proc"):
+            for pid in spawners(d.proc.pid):
+                os.kill(pid, signal.SIGKILL)
+                emit({"event": "spawner-killed", "pid": pid})
+        elif op == "maps":
+            # the memory maps of the zygote and of its spawner
+            # (both are not dumpable: only root may read them)
+            for who, pid in [("zygote", d.proc.pid)] + [("spawner", p) for p in spawners(d.proc.pid)]:
                 try:
-                    with open("/proc/%s/stat" % pid) as f:
-                        stat = f.read()
-                except (OSError, ValueError):
-                    continue
-                name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-                if name == "corral-spawner" and int(rest[1]) == d.proc.pid:
-                    os.kill(int(pid), signal.SIGKILL)
-                    emit({"event": "spawner-killed", "pid": int(pid)})
+                    with open("/proc/%d/maps" % pid) as f:
+                        emit({"event": "maps", "who": who, "pid": pid, "maps": f.read()})
+                except OSError as e:
+                    emit({"event": "maps", "who": who, "pid": pid, "error": e.strerror})
         elif op == "await_exit":
             # the zygote ends by itself: its socket reaches EOF without our closing it
             deadline = time.monotonic() + step.get("timeout", 10)

@@ -10,17 +10,27 @@
  *
  * clone() without glibc's fork() leaves glibc's cached thread id of A at S's: A and B call
  * nothing that uses it (raise, abort, pthread_kill).
+ *
+ * S, A and B run nothing of the interpreter's, so S unmaps libpython first: the dynamic loader
+ * relocated it when Z started, and its 1.2 MB of data, written by the relocations, would be
+ * copied into S and from there page by page into every A and B, and torn down with each. Z is
+ * linked with -z now, so no lazy symbol lookup walks the unmapped library's tables later; S, A
+ * and B end with _exit(), so none of its destructors runs either.
  */
 #include "zygote.h"
 
+#include <Python.h>
+
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -166,6 +176,47 @@ static void spawn_one(const struct zygote *z, int sock, char *msg, size_t len, i
 		_exit(0);       /* Z is gone */
 }
 
+struct span {
+	uintptr_t inside;       /* an address in the library */
+	uintptr_t start, end;   /* its mappings, from the first to the end of the last */
+};
+
+static int find_span(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct span *sp = data;
+	uintptr_t lo = UINTPTR_MAX, hi = 0, a, b;
+	int i, has = 0;
+
+	(void)size;
+	for (i = 0; i < info->dlpi_phnum; i++) {
+		if (info->dlpi_phdr[i].p_type != PT_LOAD)
+			continue;
+		a = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+		b = a + info->dlpi_phdr[i].p_memsz;
+		has |= sp->inside >= a && sp->inside < b;
+		lo = a < lo ? a : lo;
+		hi = b > hi ? b : hi;
+	}
+	if (!has)
+		return 0;
+	sp->start = lo & ~(uintptr_t)4095;
+	sp->end = (hi + 4095) & ~(uintptr_t)4095;
+	return 1;
+}
+
+/* Unmaps libpython, found by one of its functions. Nothing to do when Python is linked in
+ * statically (the function is in the executable's own span, which is left alone). */
+static void drop_python(void)
+{
+#if !defined(__SANITIZE_ADDRESS__)      /* ASan's reports walk every loaded library */
+	struct span sp = { (uintptr_t)&Py_IsInitialized, 0, 0 };
+	uintptr_t self = (uintptr_t)&drop_python;
+
+	if (dl_iterate_phdr(find_span, &sp) == 1 && !(self >= sp.start && self < sp.end))
+		munmap((void *)sp.start, sp.end - sp.start);
+#endif
+}
+
 static NORETURN void spawner_main(const struct zygote *z, int sock)
 {
 	char *buf = malloc(MSG_MAX);
@@ -174,6 +225,7 @@ static NORETURN void spawner_main(const struct zygote *z, int sock)
 	prctl(PR_SET_NAME, "corral-spawner", 0, 0, 0);
 	if (!buf || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != z->self)
 		_exit(0);
+	drop_python();
 	for (;;) {
 		struct pollfd pf = { sock, POLLIN, 0 };
 		int nfds, cut;
