@@ -730,7 +730,8 @@ print('found in', found)
     local f = assert(io.open(script, "w"))
     f:write(cjson.encode { zygote = zargs(), steps = { { op = "ready" }, Z.run_step(1, p.args), { op = "sleep", s = 0.3 }, { op = "hang" } } })
     f:close()
-    local pipe = io.popen("exec " .. Z.python .. " " .. Z.driver .. " " .. script)
+    -- timeout(1): a driver that never says "hang" ends, so that this read ends too
+    local pipe = io.popen("exec timeout 60 " .. Z.python .. " " .. Z.driver .. " " .. script)
     local driver, zygote
     for line in pipe:lines() do
       local ok, ev = pcall(cjson.decode, line)
