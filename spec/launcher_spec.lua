@@ -34,6 +34,8 @@ describe("corral-launch", function()
     { "--hold-net -- /bin/true", "--hold-net takes only" },
     { "--probe --hold-net", "--probe" },
     { "--held -- /bin/true", "--held goes with --hold-net" },
+    { "--prestart --pidns -- /bin/true", "--prestart needs --pidns and --report-fd" },
+    { "--prestart --report-fd 3 -- /bin/true", "--prestart needs --pidns and --report-fd" },
   }
   for _, c in ipairs(bad) do
     it("exits 2 naming what is wrong in '" .. c[1] .. "'", function()

@@ -88,6 +88,7 @@ struct corral_run {
   unsigned process_init : 1, spawned : 1, exited : 1, ending : 1, finishing : 1;
   unsigned timed_out : 1, killed : 1, kill_on_overflow : 1, has_timeout : 1, report : 1;
   unsigned kill_sent : 1; /* SIGKILL went out (or is due once a zygote names the pid) */
+  unsigned held : 1;      /* `hold`: started ahead, waiting for proc:go() */
 };
 
 /* ---- closing and freeing --------------------------------------------------------------------- */
@@ -529,7 +530,7 @@ void corral_runs_shutdown(corral_loop *cl) {
 
 static const char *const spawn_keys[] = {
     "file", "args", "env", "stdin", "stdout_cap", "stderr_cap", "tail_bytes",
-    "kill_on_overflow", "report", "timeout", "grace", "on_exit", "zygote", "ref", NULL,
+    "kill_on_overflow", "report", "timeout", "grace", "on_exit", "zygote", "ref", "hold", NULL,
 };
 
 /* Check that the option at stack index idx is nil or an array of strings without NUL bytes;
@@ -795,13 +796,36 @@ static int start_in_zygote(corral_run *r, struct corral_zygote *z, int has_in, s
   return rc < 0 ? uv_translate_sys_error(-rc) : 0;
 }
 
+/* Whether the run's handles keep core.run("default") going. */
+static void set_ref(corral_run *r, int on) {
+  void (*f)(uv_handle_t *) = on ? uv_ref : uv_unref;
+  if (r->process_init) f((uv_handle_t *)&r->process);
+  if (r->pidpoll_init) f((uv_handle_t *)&r->pidpoll);
+  f((uv_handle_t *)&r->t_timeout);
+  f((uv_handle_t *)&r->t_kill);
+  f((uv_handle_t *)&r->t_drain);
+  if (r->out.state == ST_OPEN) f((uv_handle_t *)&r->out.pipe);
+  if (r->err.state == ST_OPEN) f((uv_handle_t *)&r->err.pipe);
+  if (r->rep.state == ST_OPEN) f((uv_handle_t *)&r->rep.pipe);
+  if (r->in_state == ST_OPEN) f((uv_handle_t *)&r->in);
+}
+
+/* The run proper: its stdin goes out, its timeout runs. */
+static void begin_run(corral_run *r) {
+  start_stdin(r);
+  /* libuv timers count from the loop's cached time, which is stale when the loop has not run
+   * for a while (the host blocked between runs): refresh it, or the timeout fires early */
+  uv_update_time(&r->cl->loop);
+  if (r->has_timeout) uv_timer_start(&r->t_timeout, timeout_cb, r->timeout_ms, 0);
+}
+
 /* core.spawn(opts) -> proc | nil, err, code */
 int corral_spawn(lua_State *L) {
   corral_loop *cl = corral_loop_up(L);
   const char *file, *in;
   size_t file_len, in_len;
   lua_Integer nargs, nenv, out_cap, err_cap, tail;
-  int kill_on_overflow, report, has_timeout, ref, rc;
+  int kill_on_overflow, report, has_timeout, ref, hold, rc;
   double timeout, grace;
   int i_args, i_env, i_exit, i_ud;
   char **argv, **envp;
@@ -852,6 +876,10 @@ int corral_spawn(lua_State *L) {
   has_timeout = timeout >= 0.0;
   grace = corral_opt_number(L, 1, "grace", DEFAULT_GRACE, 0.0, 3600.0);
   ref = corral_opt_boolean(L, 1, "ref", 1);
+  hold = corral_opt_boolean(L, 1, "hold", 0);
+  if (hold && (zyg != NULL || !report || !ref))
+    luaL_argerror(L, 1, "option 'hold' needs 'report', and neither 'zygote' nor 'ref' = false "
+                        "(the launcher waits on its report socket)");
 
   argv = string_array(L, i_args, nargs, file);
   envp = string_array(L, i_env, nenv, NULL); /* {NULL}: an empty environment */
@@ -912,6 +940,8 @@ int corral_spawn(lua_State *L) {
   if (zyg != NULL)
     rc = start_in_zygote(r, zyg, in != NULL, (size_t)out_cap, (size_t)err_cap, (size_t)tail,
                          argv + 1);
+  else if (hold && !have_pidfd(cl))
+    rc = UV_ENOSYS; /* a held launch is watched through a pidfd */
   else if (ref && have_pidfd(cl)) /* helpers beside the runs (ref = false) start rarely: libuv */
     rc = start_spawned(r, file, argv, envp, in != NULL, (size_t)out_cap, (size_t)err_cap,
                        (size_t)tail);
@@ -936,23 +966,17 @@ int corral_spawn(lua_State *L) {
   stream_start(&r->out);
   stream_start(&r->err);
   stream_start(&r->rep);
-  start_stdin(r);
-  /* libuv timers count from the loop's cached time, which is stale when the loop has not run
-   * for a while (the host blocked between runs): refresh it, or the timeout fires early */
-  uv_update_time(&cl->loop);
-  if (r->has_timeout) uv_timer_start(&r->t_timeout, timeout_cb, r->timeout_ms, 0);
+  if (hold) {
+    /* started ahead: no stdin, no timeout and no hold on core.run("default") until proc:go() */
+    r->held = 1;
+    set_ref(r, 0);
+  } else {
+    begin_run(r);
+  }
   if (!ref) {
     /* a helper that lives beside the runs (the shared network namespace's holder): it does not
      * keep core.run("default") going; it is still reaped, and killed with the loop */
-    if (r->process_init) uv_unref((uv_handle_t *)&r->process);
-    if (r->pidpoll_init) uv_unref((uv_handle_t *)&r->pidpoll);
-    uv_unref((uv_handle_t *)&r->t_timeout);
-    uv_unref((uv_handle_t *)&r->t_kill);
-    uv_unref((uv_handle_t *)&r->t_drain);
-    if (r->out.state == ST_OPEN) uv_unref((uv_handle_t *)&r->out.pipe);
-    if (r->err.state == ST_OPEN) uv_unref((uv_handle_t *)&r->err.pipe);
-    if (r->rep.state == ST_OPEN) uv_unref((uv_handle_t *)&r->rep.pipe);
-    if (r->in_state == ST_OPEN) uv_unref((uv_handle_t *)&r->in);
+    set_ref(r, 0);
   }
   lua_pushvalue(L, i_ud);
   return 1;
@@ -979,9 +1003,68 @@ static int proc_kill(lua_State *L) {
       r->killed = 1;
       started = 1;
     }
+    if (r->held) {
+      /* a launch started ahead and let go: nothing of a run in it to let finish; its end must
+       * be seen by core.run() */
+      r->held = 0;
+      r->grace_ms = 0;
+      set_ref(r, 1);
+    }
     end_run(r);
   }
   lua_pushboolean(L, started);
+  return 1;
+}
+
+/* proc:go{stdin = s, timeout = seconds} -> true, or false when the held launch is gone (or was
+ * not held): the launcher, started with `hold` and --prestart, starts its program. stdin (needs
+ * a spawn with `stdin`) and timeout replace the spawn's; the wall time counts from here. */
+static int proc_go(lua_State *L) {
+  proc_ud *ud = check_proc(L);
+  corral_run *r = ud->run;
+  const char *in = NULL;
+  size_t in_len = 0;
+  double timeout = -1.0;
+  char b = 'g';
+  ssize_t n;
+  uv_os_fd_t fd;
+
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    in = corral_opt_string(L, 2, "stdin", &in_len);
+    timeout = corral_opt_number(L, 2, "timeout", -1.0, 0.0, 1e7);
+  }
+  if (r == NULL || !r->held || r->exited || r->ending || r->finishing ||
+      r->rep.state != ST_OPEN || uv_fileno((uv_handle_t *)&r->rep.pipe, &fd) != 0) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  if (in != NULL && r->in_state != ST_OPEN)
+    return luaL_error(L, "go: stdin given, but the launch was spawned without one");
+  if (in != NULL) {
+    char *copy = in_len > 0 ? (char *)malloc(in_len) : NULL;
+    if (in_len > 0 && copy == NULL) return luaL_error(L, "go: out of memory");
+    if (in_len > 0) memcpy(copy, in, in_len);
+    free(r->in_data);
+    r->in_data = copy;
+    r->in_len = in_len;
+  }
+  do
+    n = send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  if (n != 1) {
+    lua_pushboolean(L, 0); /* the launcher is gone: its exit comes through on_exit */
+    return 1;
+  }
+  r->held = 0;
+  if (timeout >= 0.0) {
+    r->has_timeout = 1;
+    r->timeout_ms = seconds_to_ms(timeout);
+  }
+  r->t_start = uv_hrtime();
+  set_ref(r, 1);
+  begin_run(r);
+  lua_pushboolean(L, 1);
   return 1;
 }
 
@@ -1022,6 +1105,7 @@ void corral_proc_open(lua_State *L) {
   static const luaL_Reg methods[] = {
       {"pid", proc_pid},
       {"kill", proc_kill},
+      {"go", proc_go},
       {"done", proc_done},
       {"result", proc_result},
       {NULL, NULL},

@@ -94,6 +94,10 @@ static const char help_text[] =
 	"                        delegated cgroup v2 directory DIR; polling when\n"
 	"                        that is refused\n"
 	"  --cgroup-require      no run cgroup is fatal\n"
+	"  --prestart            started ahead of its run: everything up to the\n"
+	"                        program is done, then the init waits until one\n"
+	"                        byte can be read from the report fd (a socket);\n"
+	"                        EOF ends the launch without a program\n"
 	"  --probe               print what this host allows, one line each\n"
 	"  --kill-uid U          kill every process of uid U (not 0) and exit;\n"
 	"                        root only\n"
@@ -312,6 +316,7 @@ enum opt {
 	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE,
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_CGROUP_REQUIRE,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD,
+	O_PRESTART,
 	O_COUNT
 };
 
@@ -357,6 +362,7 @@ static const struct {
 	[O_HELP] = { "--help", 0, 0 },
 	[O_HOLD_NET] = { "--hold-net", 0, 0 },
 	[O_HELD] = { "--held", 0, 0 },
+	[O_PRESTART] = { "--prestart", 0, 0 },
 };
 
 static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_t errlen)
@@ -508,6 +514,9 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 	case O_HELD:
 		p->held = 1;
 		return 0;
+	case O_PRESTART:
+		p->prestart = 1;
+		return 0;
 	case O_COUNT:
 		break;
 	}
@@ -622,6 +631,10 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	}
 	if (seen[O_UID] != seen[O_GID]) {
 		fail(err, errlen, "--uid and --gid go together");
+		goto bad;
+	}
+	if (p->prestart && (!p->pidns || p->report_fd < 0)) {
+		fail(err, errlen, "--prestart needs --pidns and --report-fd (the init waits on it)");
 		goto bad;
 	}
 	p->has_ids = seen[O_UID];

@@ -57,6 +57,7 @@ struct plan {
 	pid_t net_join;             /* --net-join PID: join the namespace that holder keeps; 0: no */
 	int held;                   /* PLAN_HOLD_NET with --held: the namespaces are made (ns.c) */
 	int pidns;                  /* 1: --pidns */
+	int prestart;               /* --prestart: B waits for a byte on report_fd (supervise.c) */
 	enum plan_userns userns;
 	int has_ids;                /* 1: --uid and --gid were given */
 	uid_t uid;

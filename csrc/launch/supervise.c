@@ -338,6 +338,24 @@ static void init_kill_all(struct prog *c)
 		prog_read(c);   /* C is dead: does not block */
 }
 
+/* --prestart: the host started this launch ahead of its run, and writes one byte on the report
+ * socket when the run comes (its code is in place by then). Everything that does not depend on
+ * the code is done: the namespaces, the mounts. EOF, or no socket to read: the host let the
+ * launch go, and the program never starts. */
+static int prestart_wait(const struct launch *L)
+{
+	char b;
+	ssize_t n;
+
+	if (!L->plan->prestart)
+		return 0;
+	report_flush();
+	do
+		n = read(L->plan->report_fd, &b, 1);
+	while (n < 0 && errno == EINTR);
+	return n == 1 ? 0 : -1;
+}
+
 static NORETURN void init_main(struct launch *L, int outfd)
 {
 	struct prog c;
@@ -348,7 +366,7 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
 		_exit(EXIT_SETUP);
-	if (mounts_apply(L) == 0 && prog_start(L, &c) == 0) {
+	if (mounts_apply(L) == 0 && prestart_wait(L) == 0 && prog_start(L, &c) == 0) {
 		null_stdio();
 		while (c.errfd >= 0)
 			prog_read(&c);
