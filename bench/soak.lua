@@ -101,8 +101,9 @@ local function start_next()
 end
 
 local function settle()
-  -- the run uids a controller keeps locked between runs (as root; up to 16, corral.close() lets
-  -- them go) are not a leak
+  -- the launches started ahead of the next runs (prestart) and the run uids a controller keeps
+  -- locked between runs (as root; up to 16): corral.close() lets them go, they are not a leak
+  assert(corral.release_prestarted())
   require("corral.host").release_idle_uids()
   collectgarbage("collect")
   collectgarbage("collect")

@@ -149,6 +149,8 @@ describe("gateways (deploy/nginx)", function()
     core.kill(controllers[1], 9)
     H.eventually(function() return H.sh("kill -0 " .. controllers[1] .. " 2>/dev/null; echo $?") ~= "0" end, 5)
     controllers = {}
+    -- the launch it had started ahead dies with it; its directory waits for a sweep
+    H.sweep_dead_run_dirs(snap)
     code = post("http://127.0.0.1:" .. port .. "/run", "print(1)")
     assert.are.equal(502, code)
     assert.is_falsy(read(dir .. "/error.log"):find("[alert]", 1, true), read(dir .. "/error.log"))
@@ -177,5 +179,7 @@ describe("gateways (deploy/nginx)", function()
     assert.are.equal(20, ok)
     H.eventually(function() return H.sh("kill -0 " .. controllers[1] .. " 2>/dev/null; echo $?") ~= "0" end, 5)
     table.remove(controllers, 1)
+    -- the launch the killed one had started ahead died with it; its directory waits for a sweep
+    H.sweep_dead_run_dirs(snap)
   end)
 end)

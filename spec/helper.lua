@@ -55,11 +55,15 @@ function H.stray_processes()
     if pid and pid ~= core.getpid() and not stat:match("^Z") and not args:match("^ps ")
       and not args:match("^sh %-c") then
       local run_uid = uid >= 60000 and uid <= 60999
-      local runs_code = args:find("/corral%-%w%w%w%w%w%w/code/") or args:find("/home/code.py", 1, true)
+      -- (a launch started ahead of a run, --prestart, holds a run directory but no run: a
+      -- controller keeps it until corral.close(); its program, once it runs, is found here)
+      local prestarted = args:find("corral-launch --prestart ", 1, true)
+      local runs_code = not prestarted
+        and (args:find("/corral%-%w%w%w%w%w%w/code/") or args:find("/home/code.py", 1, true))
       -- launchers of this process (another corral on the machine is not ours to judge); not the
       -- holder of its shared network namespace (--hold-net), which lives as long as the process
       local launcher = args:find("corral-launch ", 1, true) and args:find("--parent-pid " .. core.getpid() .. " ", 1, true)
-        and not args:find("--hold-net", 1, true)
+        and not args:find("--hold-net", 1, true) and not prestarted
       if run_uid or runs_code or launcher then
         strays[#strays + 1] = { pid = pid, uid = uid, comm = args:sub(1, 60) }
       end
@@ -92,7 +96,9 @@ function H.snapshot()
 end
 
 function H.assert_clean(snap)
-  -- the run uids a controller keeps between runs (as root) are let go of by corral.close()
+  -- what a controller keeps between runs is let go of by corral.close(): the launches started
+  -- ahead, the run uids (as root)
+  assert(require("corral").release_prestarted())
   require("corral.host").release_idle_uids()
   local strays = H.stray_processes()
   local names = {}
@@ -112,6 +118,21 @@ function H.assert_clean(snap)
     if not snap.dirs[d] then left[#left + 1] = d end
   end
   assert.are.equal("", table.concat(left, " "), "temp dirs left behind")
+end
+
+--- Remove the run directories new since `snap` whose controller is dead (their flock is free:
+-- a live controller holds its runs' and its waiting launches'). A killed controller leaves them
+-- for the next controller's sweep, a minute later; a spec that kills one does it at once.
+function H.sweep_dead_run_dirs(snap)
+  for _, d in ipairs(H.temp_dirs()) do
+    if not snap.dirs[d] then
+      local lock = core.lock(d)
+      if lock then
+        core.rmtree(d)
+        lock:close()
+      end
+    end
+  end
 end
 
 --- Wait until `pred()` holds or `seconds` pass; returns whether it held.

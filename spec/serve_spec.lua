@@ -56,7 +56,10 @@ local function exit_status(s, seconds)
 end
 
 local function stop_server(s)
-  if alive(s.pid) then core.kill(s.pid, 9) end
+  -- SIGTERM: a server stops as in production (and lets go of the launches it started ahead);
+  -- SIGKILL for one that does not within 5 s
+  if alive(s.pid) then core.kill(s.pid, 15) end
+  if not H.eventually(function() return not alive(s.pid) end, 5) then core.kill(s.pid, 9) end
   H.eventually(function() return not alive(s.pid) end, 5)
   -- and its wrapper has written the status: nothing writes into the scratch dir any more
   exit_status(s, 5)
@@ -103,8 +106,16 @@ local function keys(t)
 end
 
 --- Pids of launchers started by the server `s` (their --parent-pid is the server's).
+-- (but not a launch it started ahead of a run: corral-launch --prestart, idle until one comes)
 local function launchers_of(s)
-  return H.pids_with("--parent-pid " .. s.pid .. " ")
+  local pids = {}
+  for _, pid in ipairs(H.pids_with("--parent-pid " .. s.pid .. " ")) do
+    local f = io.open("/proc/" .. pid .. "/cmdline")
+    local cmd = f and f:read("a") or ""
+    if f then f:close() end
+    if not cmd:find("\0--prestart\0", 1, true) then pids[#pids + 1] = pid end
+  end
+  return pids
 end
 
 --- The value of a metric line, e.g. metric(text, 'corral_runs_total{reason="exit"}').

@@ -192,6 +192,7 @@ local function cmd_run(args)
   -- be started for it and thrown away
   require("corral.host").set_share_network(false)
   corral.warm_interpreters = false
+  corral.prestart_launches = false
   local ok, res, rerr, rcode = pcall(corral.run_python, code, opts)
   if not ok then
     -- a bad option value: the message names it

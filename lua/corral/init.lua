@@ -18,6 +18,10 @@ local M = { _VERSION = "corral 0.1.0" }
 -- same sandbox). The CLI sets it: a one-shot process would pay an interpreter's start-up twice.
 M.warm_interpreters = true
 
+--- false: start no launch ahead of its run (a policy's `prestart`). The CLI sets it: a one-shot
+-- process has no next run to start ahead.
+M.prestart_launches = true
+
 local SandboxError = { __name = "SandboxError" }
 SandboxError.__index = SandboxError
 SandboxError.__tostring = function(e) return "SandboxError(" .. e.kind .. "): " .. e.message end
@@ -39,8 +43,8 @@ local function cleanup(run)
     -- what make_run made, when that is all there is (the work dir is a tmpfs of the run's own
     -- mount namespace, so empty here): four calls, not a walk of the tree
     local top = run.top
-    if not (run.code_path and os.remove(run.code_path) and os.remove(run.code_dir)
-            and os.remove(run.workdir) and os.remove(top)) then
+    if not (run.code_path and (os.remove(run.code_path) or not run.code_written)
+            and os.remove(run.code_dir) and os.remove(run.workdir) and os.remove(top)) then
       local ok, e = core.rmtree(top)
       if not ok then err = e end
     end
@@ -60,8 +64,19 @@ end
 -- Make the run's directory: <tmp>/corral-XXXXXX/{code/<code_name>, work/}. The code is handed
 -- over in a file, never in argv (no E2BIG, no size limit but the disk's); `work` is the cwd, HOME
 -- and TMPDIR, owned by the run's uid when there is one.
-local function make_run(pol, opts, code, host)
-  local run = { euid = host.euid, has_nul = code:find("\0", 1, true) ~= nil }
+local function write_code(run, code)
+  local ok, err, ecode = core.write_file(run.code_path, code, run.uid and 288 or 256) -- 0440 / 0400
+  run.code_written = ok and true
+  if ok and run.uid then ok, err, ecode = core.chown(run.code_path, -1, run.gid) end
+  return ok, err, ecode
+end
+
+-- `code` nil: a launch started ahead of its run (`prestart`), whose code comes with the run;
+-- `has_nul` then says whether that code will hold a NUL byte (the interpreter's argv differs).
+local function make_run(pol, opts, code, host, has_nul)
+  local run = { euid = host.euid }
+  if code then has_nul = code:find("\0", 1, true) ~= nil end
+  run.has_nul = has_nul
   if host.root and host.setuid and pol.uid_range then
     local uid, err, ecode = hostmod.take_uid(pol.uid_range[1], pol.uid_range[2])
     if not uid then return nil, err, ecode end
@@ -84,14 +99,13 @@ local function make_run(pol, opts, code, host)
   local ok
   local steps = {
     function() return core.mkdir(run.code_dir, run.uid and 488 or 448) end, -- 0750 / 0700
-    function() return core.write_file(run.code_path, code, run.uid and 288 or 256) end, -- 0440 / 0400
+    code and function() return write_code(run, code) end,
     function() return core.mkdir(run.workdir, 448) end,                     -- 0700
     run.uid and function() return core.chown(run.code_dir, -1, run.gid) end,
-    run.uid and function() return core.chown(run.code_path, -1, run.gid) end,
     run.uid and function() return core.chmod(top, 457) end,                 -- 0711: pass, not list
     run.uid and function() return core.chown(run.workdir, run.uid, run.gid) end,
   }
-  for i = 1, 7 do
+  for i = 1, 6 do
     if steps[i] then
       ok, err, ecode = steps[i]()
       if not ok then cleanup(run) return nil, err, ecode end
@@ -100,9 +114,165 @@ local function make_run(pol, opts, code, host)
   return run
 end
 
+-- The end of a run: its result from the policy, its directory and uid given back, on_done.
+local function finisher(pol, o, run, host, done)
+  return function(raw)
+    -- a policy's result() is operator code: whatever it does, the run is cleaned up
+    local pok, res, rerr, rcode
+    if raw.launch_error then
+      pok, rerr, rcode = true, "EZYGOTE: the warm interpreter did not run the program: " .. raw.launch_error, "EZYGOTE"
+    else
+      pok, res, rerr, rcode = pcall(pol.result, pol, raw, o, run, host)
+    end
+    local cerr = cleanup(run)
+    if not pok then
+      res, rerr, rcode = nil, "EPOLICY: policy '" .. tostring(pol.name) .. "' failed to build the result: "
+        .. tostring(res), "EPOLICY"
+    end
+    if res and cerr then res.cleanup_error = cerr end
+    done(res, rerr, rcode, raw)
+  end
+end
+
+-- Launches started ahead of their runs (a policy's `prestart`): corral-launch --prestart, with
+-- its run directory (no code yet), uid, namespaces and mounts made, waiting in the init for a
+-- byte on its report socket. A run whose policy and options match one takes it: its code goes
+-- into the directory, proc:go() starts the program, and another is started for the next run
+-- while this one runs. What matches: the same policy and every option but stdin's bytes and the
+-- timeout (which go() gives), the same kind of stdin (none, or a pipe) and of code (with a NUL
+-- byte or not). A key's first run starts none (a one-run controller would only waste it);
+-- at most PRESTART_MAX wait in all, the oldest let go first.
+local PRESTART_MAX = 8
+local prestarted = { list = {}, seen = {} }   -- list: oldest first; seen: key → runs
+
+local function canon(v, depth)
+  local t = type(v)
+  if t == "string" then return string.format("%q", v) end
+  if t == "number" or t == "boolean" then return tostring(v) end
+  if t ~= "table" or depth > 4 then return nil end
+  local keys, parts = {}, {}
+  for k in pairs(v) do
+    if type(k) ~= "string" and type(k) ~= "number" then return nil end
+    keys[#keys + 1] = k
+  end
+  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
+  for _, k in ipairs(keys) do
+    local c = canon(v[k], depth + 1)
+    if not c then return nil end
+    parts[#parts + 1] = tostring(k) .. "=" .. c
+  end
+  return "{" .. table.concat(parts, ",") .. "}"
+end
+
+local function prestart_key(pol, o, code, extra)
+  local copy = {}
+  for k, v in pairs(o) do
+    -- (the policy is `pol` itself, a table of its own: serve passes it)
+    if k ~= "stdin" and k ~= "timeout" and k ~= "policy" then copy[k] = v end
+  end
+  local c = canon(copy, 0)
+  if not c then return nil end
+  return table.concat({ tostring(pol), o.stdin and "stdin" or "-", code:find("\0", 1, true) and "nul" or "-",
+    (extra and extra.kill_on_overflow) and "kill" or "-", c }, "|")
+end
+
+local function prestart_drop(slot)
+  for i, x in ipairs(prestarted.list) do
+    if x == slot then table.remove(prestarted.list, i) break end
+  end
+end
+
+-- Start one launch ahead for `key`. Failures are silent: the next run starts as without.
+local function prestart_one(key, pol, o, host, has_nul, extra)
+  local run = make_run(pol, o, nil, host, has_nul)
+  if not run then return end
+  local slot = { key = key, run = run }
+  local ok, proc = pcall(function()
+    local args = pol:launch_args(o, run, host)
+    table.insert(args, 1, "--prestart")
+    return core.spawn {
+      file = host.launcher,
+      args = args,
+      hold = true,
+      stdin = o.stdin and "" or nil,
+      stdout_cap = o.max_output,
+      stderr_cap = o.max_output,
+      tail_bytes = pol.tail_bytes or 1024,
+      kill_on_overflow = (extra and extra.kill_on_overflow) or pol.kill_on_overflow or false,
+      report = true,
+      timeout = o.timeout,
+      grace = pol.grace or 0.2,
+      on_exit = function(raw)
+        if slot.finish then return slot.finish(raw) end
+        -- let go of (close) or gone before its run came: nothing ran
+        prestart_drop(slot)
+        cleanup(run)
+      end,
+    }
+  end)
+  if not ok or not proc then
+    cleanup(run)
+    prestarted.broken = true    -- (no pidfd here, or a policy's launch_args failed) not again
+    return
+  end
+  slot.proc = proc
+  local list = prestarted.list
+  list[#list + 1] = slot
+  while #list > PRESTART_MAX do
+    local old = table.remove(list, 1)
+    old.proc:kill()
+  end
+end
+
+-- The run's code into a matching launch, and the program started; nil when there is none.
+local function prestart_take(key, pol, o, host, code, on_done)
+  local slot
+  for i = #prestarted.list, 1, -1 do
+    if prestarted.list[i].key == key then
+      slot = table.remove(prestarted.list, i)
+      break
+    end
+  end
+  if not slot then return nil end
+  local run = slot.run
+  if not write_code(run, code) then slot.proc:kill() return nil end
+  slot.finish = finisher(pol, o, run, host, on_done)
+  if not slot.proc:go { stdin = o.stdin, timeout = o.timeout } then
+    slot.finish = nil       -- it ended meanwhile: its exit cleans up
+    return nil
+  end
+  return slot.proc
+end
+
+--- Let go of the launches started ahead: each is killed, and cleaned up once the loop has seen
+-- its end. Returns their procs.
+function M.let_go_prestarted()
+  local procs = {}
+  for _, slot in ipairs(prestarted.list) do procs[#procs + 1] = slot.proc end
+  for _, p in ipairs(procs) do p:kill() end
+  prestarted.seen, prestarted.nseen = {}, 0
+  return procs
+end
+
+--- Let go of the launches started ahead and wait for their ends (running the loop, so not from
+-- a callback) for at most `seconds` (default 5). corral.close() does it too.
+-- @return true, or nil and a message
+function M.release_prestarted(seconds)
+  local procs = M.let_go_prestarted()
+  local deadline = core.hrtime() + (seconds or 5)
+  for _, p in ipairs(procs) do
+    while not p:done() do
+      if core.hrtime() > deadline then return nil, "ETIMEDOUT: a launch started ahead is still running" end
+      core.run("once")
+    end
+  end
+  return true
+end
+
 -- Start one run; `what` names the public function for error messages; `extra` carries settings
 -- that are not public options (eval_in_sandbox's kill-on-overflow).
 local protected = false
+local start_cold
 
 local function launch(what, code, opts, on_done, extra)
   local ok, pol = pcall(policy.load, opts.policy or (extra and extra.policy) or "default")
@@ -120,15 +290,47 @@ local function launch(what, code, opts, on_done, extra)
   ok, o, err, ecode = pcall(pol.prepare, pol, opts, host)
   if not ok then error(what .. ": " .. tostring(o), 0) end
   if not o then return nil, err, ecode end
-  local run
-  run, err, ecode = make_run(pol, o, code, host)
-  if not run then return nil, err, ecode end
   -- a warm policy's runs are forked by its zygote, with the same launcher arguments
   -- (its program is forked into the run's PID namespace: without one the policy runs cold)
-  local zygote
   local probe = pol.warm and M.warm_interpreters and pol.pid_namespace and hostmod.probe()
-  if probe and probe.pid_namespace and (probe.root or pol.user_namespace ~= "never"
-      or (probe.caps["pid-namespace"] or {}).ok) then
+  local use_zygote = probe and probe.pid_namespace and (probe.root or pol.user_namespace ~= "never"
+      or (probe.caps["pid-namespace"] or {}).ok)
+  -- launches started ahead: corral-launch's, in a PID namespace
+  local key = not use_zygote and M.prestart_launches and not prestarted.broken
+    and (pol.prestart or 0) > 0 and pol.pid_namespace and not pol.wrapper_isolates_network
+    and prestart_key(pol, o, code, extra)
+  local proc
+  if key then proc = prestart_take(key, pol, o, host, code, on_done) end
+  if not proc then
+    local perr, pcode
+    proc, perr, pcode = start_cold(pol, o, host, code, on_done, extra, use_zygote)
+    if not proc then return nil, perr, pcode end
+  end
+  if key then
+    -- the next run's, started while this one runs
+    local seen = (prestarted.seen[key] or 0) + 1
+    if not prestarted.seen[key] then
+      -- a controller whose every run has options of its own: forget, rather than grow
+      prestarted.nseen = (prestarted.nseen or 0) + 1
+      if prestarted.nseen > 256 then prestarted.seen, prestarted.nseen, seen = {}, 1, 1 end
+    end
+    prestarted.seen[key] = seen
+    if seen > 1 then
+      local n = 0
+      for _, slot in ipairs(prestarted.list) do if slot.key == key then n = n + 1 end end
+      for _ = n + 1, pol.prestart do prestart_one(key, pol, o, host, code:find("\0", 1, true) ~= nil, extra) end
+    end
+  end
+  return proc
+end
+
+-- A run started on request: its directory, then corral-launch or its warm interpreter.
+function start_cold(pol, o, host, code, on_done, extra, use_zygote)
+  local run, err, ecode
+  run, err, ecode = make_run(pol, o, code, host)
+  if not run then return nil, err, ecode end
+  local zygote
+  if use_zygote then
     zygote, err, ecode = warm.get(pol, o)
     if not zygote then cleanup(run) return nil, err, ecode end
     run.zygote = true
@@ -148,22 +350,7 @@ local function launch(what, code, opts, on_done, extra)
       report = true,
       timeout = o.timeout,
       grace = pol.grace or 0.2,
-      on_exit = function(raw)
-        -- a policy's result() is operator code: whatever it does, the run is cleaned up
-        local pok, res, rerr, rcode
-        if raw.launch_error then
-          pok, rerr, rcode = true, "EZYGOTE: the warm interpreter did not run the program: " .. raw.launch_error, "EZYGOTE"
-        else
-          pok, res, rerr, rcode = pcall(pol.result, pol, raw, o, run, host)
-        end
-        local cerr = cleanup(run)
-        if not pok then
-          res, rerr, rcode = nil, "EPOLICY: policy '" .. tostring(pol.name) .. "' failed to build the result: "
-            .. tostring(res), "EPOLICY"
-        end
-        if res and cerr then res.cleanup_error = cerr end
-        on_done(res, rerr, rcode, raw)
-      end,
+      on_exit = finisher(pol, o, run, host, on_done),
     }
   end)
   if not spawn_ok then
@@ -190,12 +377,14 @@ function M.start(code, opts, on_done)
   return launch("start", code, opts, on_done)
 end
 
---- Let go of what the library keeps between runs: the run uids it holds between runs (as root),
--- and the warm interpreters (policy `warm`). Each interpreter finishes the runs it has, then
+--- Let go of what the library keeps between runs: the launches started ahead (a policy's
+-- `prestart`), the run uids it holds between runs (as root), and the warm interpreters (policy
+-- `warm`). Each interpreter finishes the runs it has, then
 -- exits; this waits for that (running the loop, so not from a callback) for at most `seconds`
 -- (default 10). The next warm run starts a new one.
 -- @return true, or nil and a message when one was still there at the deadline
 function M.close(seconds)
+  local released, rerr = M.release_prestarted(seconds)
   hostmod.release_idle_uids()
   local pids = warm.close_all()
   local deadline = core.hrtime() + (seconds or 10)
@@ -206,6 +395,7 @@ function M.close(seconds)
     end
   end
   core.run("nowait")
+  if not released then return nil, rerr end
   return true
 end
 

@@ -30,7 +30,9 @@
 -- CPU and memory), `budget_poll_ms`, `cgroup` (a delegated cgroup v2 directory),
 -- `protect_controller` (default true: the controller is made non-dumpable before its first run).
 -- Speed: `warm` (false, or `{preload = {module names}}`: runs are forked from a pre-started
--- interpreter, corral-zygote, that imported these modules; see lua/corral/warm.lua).
+-- interpreter, corral-zygote, that imported these modules; see lua/corral/warm.lua), `prestart`
+-- (0..4: launches a controller keeps started ahead of the runs of the same options, each with its
+-- namespaces and mounts made, waiting for its code; with a PID namespace; see lua/corral/init.lua).
 --
 -- Methods a policy may override, each called with the policy as `self`:
 -- `prepare(opts, host)` → opts (defaults, maxima, checks against the host; raise for a bad request,
@@ -183,6 +185,10 @@ function Policy:check()
   end
   for _, k in ipairs({ "grace", "tail_bytes" }) do
     if type(self[k]) ~= "number" or self[k] < 0 then fail(self, k, "must be a number >= 0") end
+  end
+  if self.prestart ~= nil and (math.type(self.prestart) ~= "integer" or self.prestart < 0
+      or self.prestart > 4) then
+    fail(self, "prestart", "must be an integer in 0..4")
   end
   if self.warm ~= nil and self.warm ~= false then
     check_kind(self, "warm", self.warm, "table")

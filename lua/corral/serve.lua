@@ -811,6 +811,7 @@ function Server:_maybe_stop()
   self.stopped = true
   if self.drain_timer then self.drain_timer:close() self.drain_timer = nil end
   require("corral.warm").close_all()   -- the warm interpreters exit once idle
+  corral.let_go_prestarted()            -- the launches started ahead are killed
   for _, s in ipairs(self.signals or {}) do s:close() end
   self.signals = nil
   -- the listener is closed; each connection closes once its answer is written (stop_accepting).
@@ -844,8 +845,9 @@ function Server:run()
       break
     end
   end
-  -- let the closes finish
+  -- let the closes finish, and the launches started ahead end (they were killed at the stop)
   pcall(core.run, "nowait")
+  pcall(corral.release_prestarted, 2)
   return self.stopped
 end
 

@@ -1,0 +1,189 @@
+-- Launches started ahead of their runs (policy `prestart`, corral-launch --prestart): the next
+-- run with the same options takes one, with exactly a cold run's result; nothing runs in it
+-- before; other options do not take it; a dead one is not taken; corral.close() lets it go.
+local corral = require "corral"
+local core = require "corral.core"
+local H = require "helper"
+
+local L = "./csrc/corral-launch"
+
+-- The idle launches started ahead by this process (A, whose argv starts with --prestart).
+local function prestarted()
+  local pids = {}
+  for _, pid in ipairs(H.pids_with("corral-launch --prestart ")) do
+    local f = io.open("/proc/" .. pid .. "/status")
+    local st = f and f:read("a") or ""
+    if f then f:close() end
+    if tonumber(st:match("PPid:%s*(%d+)")) == core.getpid() then pids[#pids + 1] = pid end
+  end
+  return pids
+end
+
+-- Start a run; wait for it. Returns its proc's pid and the result.
+local function run(code, opts)
+  local res, rerr
+  local proc, err = corral.start(code, opts or {}, function(r, e) res, rerr = r, e or false end)
+  assert.is_truthy(proc, tostring(err))
+  local pid = proc:pid()
+  while res == nil and rerr == nil do core.run("once") end
+  assert.is_truthy(res, tostring(rerr))
+  return pid, res
+end
+
+describe("prestarted launches", function()
+  local snap
+  before_each(function()
+    assert(corral.release_prestarted())
+    snap = H.snapshot()
+  end)
+  after_each(function() H.assert_clean(snap) end)
+
+  it("start from a key's second run on, and the next run takes one", function()
+    run("print(1)")
+    assert.are.same({}, prestarted(), "a key's first run started one")
+    run("print(2)")
+    local idle = prestarted()
+    assert.are.equal(1, #idle)
+    -- nothing of a program runs in it meanwhile: the launcher's two processes, no interpreter
+    local kids = H.sh("ps -o comm= --ppid " .. idle[1] .. " | sort | tr '\\n' ' '")
+    assert.are.equal("corral-launch", kids)
+    local pid, r = run("import os\nprint('taken', sorted(os.listdir('.')), open(__file__).read().count('taken'))")
+    assert.are.equal(idle[1], pid, "the run did not take the launch started ahead")
+    assert.are.equal("taken [] 2\n", r.stdout)
+    assert.is_true(r.ok)
+    -- and another is started for the run after
+    local again = prestarted()
+    assert.are.equal(1, #again)
+    assert.are_not.equal(idle[1], again[1])
+  end)
+
+  it("give the run exactly a cold run's result: limits, stdin, timeout from the run on", function()
+    local pol = require("corral.policy").load("default"):extend { name = "no-prestart", prestart = 0 }
+    local code = "import sys\nprint(sys.stdin.read().upper())"
+    local _, a = run(code, { stdin = "one" })
+    run(code, { stdin = "two" })
+    assert.are.equal(1, #prestarted())
+    -- a launch idle for a second: the run's wall time and its timeout count from the run
+    H.sh("sleep 1")
+    local _, b = run(code, { stdin = "three" })
+    local _, c = run(code, { stdin = "three", policy = pol })
+    assert.are.equal("THREE\n", b.stdout)
+    assert.are.same(c.limits, b.limits)
+    assert.are.same(a.limits, b.limits)
+    assert.is_true(b.usage.wall_s < 0.9, "wall " .. b.usage.wall_s)
+    run("import time\ntime.sleep(3)", { timeout = 0.5 })
+    run("import time\ntime.sleep(3)", { timeout = 0.5 })
+    H.sh("sleep 1")
+    local _, t = run("import time\ntime.sleep(3)", { timeout = 0.5 })
+    assert.is_true(t.timed_out)
+    assert.is_true(t.usage.wall_s < 1.2, "the timeout counted the idle time: wall " .. t.usage.wall_s)
+  end)
+
+  it("are not taken by a run of other options, nor by a run with stdin for one without", function()
+    run("print(1)")
+    run("print(1)")
+    local idle = prestarted()
+    assert.are.equal(1, #idle)
+    local p1 = run("print(1)", { memory_mb = 128 })
+    local p2 = run("print(1)", { stdin = "x" })
+    local p3 = run("print(1)\n# a NUL byte: \0")
+    assert.are_not.equal(idle[1], p1)
+    assert.are_not.equal(idle[1], p2)
+    assert.are_not.equal(idle[1], p3)
+    assert.is_truthy(H.has(prestarted(), idle[1]), "the idle launch was let go")
+  end)
+
+  it("are not taken once dead: the run starts cold and succeeds", function()
+    run("print(1)")
+    run("print(1)")
+    local idle = prestarted()
+    assert.are.equal(1, #idle)
+    core.kill(idle[1], 9)
+    assert.is_true(H.eventually(function()
+      core.run("nowait")
+      return not H.has(prestarted(), idle[1])
+    end, 3))
+    local pid, r = run("print('cold')")
+    assert.are_not.equal(idle[1], pid)
+    assert.are.equal("cold\n", r.stdout)
+  end)
+
+  it("are let go by corral.close(): no process, directory or fd left", function()
+    run("print(1)")
+    run("print(1)")
+    assert.are.equal(1, #prestarted())
+    assert(corral.close())
+    assert.are.same({}, prestarted())
+  end)
+
+  it("are not started by a policy with prestart = 0, nor through the CLI", function()
+    local pol = require("corral.policy").load("default"):extend { name = "cold", prestart = 0 }
+    run("print(1)", { policy = pol })
+    run("print(1)", { policy = pol })
+    run("print(1)", { policy = pol })
+    assert.are.same({}, prestarted())
+    assert.has_error(function()
+      require("corral.policy").load("default"):extend({ name = "bad", prestart = 9 }):check()
+    end, "policy 'bad': field 'prestart' must be an integer in 0..4")
+  end)
+end)
+
+describe("corral-launch --prestart", function()
+  -- The launcher with its report fd on a socketpair: `go` (bytes to send, or nil to close our
+  -- end) after `wait` seconds; returns whether the program ran, the exit status and the report.
+  local function launch(go, wait)
+    local marker = os.tmpname()
+    os.remove(marker)
+    local script = [[
+import os, socket, subprocess, sys, time
+launcher, marker, go, wait = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+ours, theirs = socket.socketpair()
+def child():
+    os.dup2(theirs.fileno(), 3)
+p = subprocess.Popen([launcher, "--prestart", "--pidns", "--report-fd", "3", "--",
+                      "/bin/sh", "-c", "echo ran > " + marker], preexec_fn=child, pass_fds=(3,))
+theirs.close()
+time.sleep(wait)
+early = os.path.exists(marker)
+if go == "close":
+    ours.shutdown(socket.SHUT_WR)
+else:
+    ours.send(go.encode())
+status = p.wait(10)
+report = b""
+ours.settimeout(2)
+try:
+    while True:
+        b = ours.recv(65536)
+        if not b: break
+        report += b
+except OSError:
+    pass
+print(int(early), int(os.path.exists(marker)), status)
+sys.stdout.write(report.decode(errors="replace"))
+]]
+    local f = assert(io.open(marker .. ".py", "w"))
+    f:write(script)
+    f:close()
+    local out = H.sh("python3 " .. marker .. ".py " .. L .. " " .. marker .. " " .. (go or "close") .. " " .. wait)
+    os.remove(marker .. ".py")
+    os.remove(marker)
+    local early, ran, status = out:match("^(%d) (%d) (%-?%d+)")
+    return early == "1", ran == "1", tonumber(status), out
+  end
+
+  it("starts the program once a byte comes on the report socket, not before", function()
+    local early, ran, status, out = launch("g", 0.5)
+    assert.is_false(early, out)
+    assert.is_true(ran, out)
+    assert.are.equal(0, status, out)
+    assert.is_truthy(out:find("applied pid-namespace", 1, true), out)
+  end)
+
+  it("runs nothing when its host closes the report socket instead", function()
+    local early, ran, status, out = launch(nil, 0.3)
+    assert.is_false(early, out)
+    assert.is_false(ran, out)
+    assert.are_not.equal(0, status, out)
+  end)
+end)
