@@ -108,6 +108,29 @@ describe("prestarted launches", function()
     assert.are.equal("cold\n", r.stdout)
   end)
 
+  it("are not taken when the policy changed in place: the run gets the policy as it is now", function()
+    local pol = require("corral.policy").load("default"):extend { name = "mutable", env = { STAGE = "one" } }
+    local code = "import os\nprint(os.environ['STAGE'])"
+    run(code, { policy = pol })
+    run(code, { policy = pol })
+    local idle = prestarted()
+    assert.are.equal(1, #idle)
+    pol.env = { STAGE = "two" }
+    local pid, r = run(code, { policy = pol })
+    assert.are.equal("two\n", r.stdout)
+    assert.are_not.equal(idle[1], pid)
+    assert.is_false(H.has(prestarted(), idle[1]), "the stale launch was kept")
+  end)
+
+  it("leave nothing behind a controller that ends without corral.close()", function()
+    local out = H.sh("lua5.4 -e 'package.path = \"lua/?.lua;lua/?/init.lua;\" .. package.path; "
+      .. "package.cpath = \"csrc/?.so;\" .. package.cpath; local c = require(\"corral\"); "
+      .. "for i = 1, 3 do io.write(c.run_python(\"print(1)\").stdout) end'")
+    assert.are.equal("1\n1\n1", out)
+    -- its waiting launch died with it (PR_SET_PDEATHSIG), and its directory went with its Lua state
+    assert.is_true(H.eventually(function() return #H.pids_with("corral-launch --prestart ") == 0 end, 3))
+  end)
+
   it("are let go by corral.close(): no process, directory or fd left", function()
     run("print(1)")
     run("print(1)")

@@ -1018,7 +1018,8 @@ static int proc_kill(lua_State *L) {
 
 /* proc:go{stdin = s, timeout = seconds} -> true, or false when the held launch is gone (or was
  * not held): the launcher, started with `hold` and --prestart, starts its program. stdin (needs
- * a spawn with `stdin`) and timeout replace the spawn's; the wall time counts from here. */
+ * a spawn with `stdin`) and timeout (absent: none) replace the spawn's; the wall time counts
+ * from here. */
 static int proc_go(lua_State *L) {
   proc_ud *ud = check_proc(L);
   corral_run *r = ud->run;
@@ -1057,10 +1058,8 @@ static int proc_go(lua_State *L) {
     return 1;
   }
   r->held = 0;
-  if (timeout >= 0.0) {
-    r->has_timeout = 1;
-    r->timeout_ms = seconds_to_ms(timeout);
-  }
+  r->has_timeout = timeout >= 0.0;
+  r->timeout_ms = r->has_timeout ? seconds_to_ms(timeout) : 0;
   r->t_start = uv_hrtime();
   set_ref(r, 1);
   begin_run(r);

@@ -138,12 +138,18 @@ end
 -- its run directory (no code yet), uid, namespaces and mounts made, waiting in the init for a
 -- byte on its report socket. A run whose policy and options match one takes it: its code goes
 -- into the directory, proc:go() starts the program, and another is started for the next run
--- while this one runs. What matches: the same policy and every option but stdin's bytes and the
--- timeout (which go() gives), the same kind of stdin (none, or a pipe) and of code (with a NUL
--- byte or not). A key's first run starts none (a one-run controller would only waste it);
--- at most PRESTART_MAX wait in all, the oldest let go first.
-local PRESTART_MAX = 8
-local prestarted = { list = {}, seen = {} }   -- list: oldest first; seen: key → runs
+-- while this one runs. What matches: the same policy (the same table, which the launch keeps
+-- alive) and every option but stdin's bytes and the timeout (which go() gives), the same kind of
+-- stdin (none, or a pipe) and of code (with a NUL byte or not); then, to be exact whatever a
+-- policy's launch_args does, the launcher arguments the run would be given in that directory,
+-- and the spawn's own settings, must be the launch's, or it is let go and the run starts cold.
+-- A key's first run starts none (a one-run controller would only waste it); at most
+-- PRESTART_MAX wait in all, the oldest let go first, and a key whose launch was let go unused
+-- starts none for its next BACKOFF runs (options that vary run to run do not churn launches).
+-- A controller that ends without corral.close() has its waiting launches killed and their
+-- directories removed when its Lua state closes.
+local PRESTART_MAX, BACKOFF = 8, 8
+local prestarted = { list = {}, seen = {}, nseen = 0 }   -- list: oldest first; seen: key → runs
 
 local function canon(v, depth)
   local t = type(v)
@@ -176,20 +182,49 @@ local function prestart_key(pol, o, code, extra)
     (extra and extra.kill_on_overflow) and "kill" or "-", c }, "|")
 end
 
+-- The spawn's settings besides the arguments, as one string.
+local function spawn_settings(pol, o, extra)
+  return table.concat({ tostring(o.stdin ~= nil), tostring(o.max_output), tostring(pol.tail_bytes or 1024),
+    tostring((extra and extra.kill_on_overflow) or pol.kill_on_overflow or false), tostring(pol.grace or 0.2) }, "|")
+end
+
+local function same_args(a, b)
+  if #a ~= #b then return false end
+  for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+
 local function prestart_drop(slot)
   for i, x in ipairs(prestarted.list) do
     if x == slot then table.remove(prestarted.list, i) break end
   end
 end
 
+-- Killed at once, its end cleans up; `unused`: its key starts none for a while.
+local function let_go(slot, unused)
+  prestart_drop(slot)
+  slot.finish = nil
+  if unused and prestarted.seen[slot.key] then prestarted.seen[slot.key] = -BACKOFF end
+  slot.proc:kill()
+end
+
+-- A controller that ends without corral.close(): its Lua state's close kills the waiting
+-- launches (the loop's teardown) and this removes their directories.
+prestarted.sentinel = setmetatable({}, { __gc = function()
+  for _, slot in ipairs(prestarted.list) do
+    if slot.proc then pcall(core.kill, -slot.proc:pid(), 9) end
+    pcall(cleanup, slot.run)
+  end
+end })
+
 -- Start one launch ahead for `key`. Failures are silent: the next run starts as without.
 local function prestart_one(key, pol, o, host, has_nul, extra)
   local run = make_run(pol, o, nil, host, has_nul)
   if not run then return end
-  local slot = { key = key, run = run }
-  local ok, proc = pcall(function()
-    local args = pol:launch_args(o, run, host)
-    table.insert(args, 1, "--prestart")
+  local slot = { key = key, run = run, pol = pol, settings = spawn_settings(pol, o, extra) }
+  local ok, proc, _, ecode = pcall(function()
+    slot.args = pol:launch_args(o, run, host)
+    local args = { "--prestart", table.unpack(slot.args) }
     return core.spawn {
       file = host.launcher,
       args = args,
@@ -204,7 +239,7 @@ local function prestart_one(key, pol, o, host, has_nul, extra)
       grace = pol.grace or 0.2,
       on_exit = function(raw)
         if slot.finish then return slot.finish(raw) end
-        -- let go of (close) or gone before its run came: nothing ran
+        -- let go of, or gone before its run came: nothing ran
         prestart_drop(slot)
         cleanup(run)
       end,
@@ -212,33 +247,37 @@ local function prestart_one(key, pol, o, host, has_nul, extra)
   end)
   if not ok or not proc then
     cleanup(run)
-    prestarted.broken = true    -- (no pidfd here, or a policy's launch_args failed) not again
+    -- not again in this process where it cannot work (no pidfd, a policy's launch_args that
+    -- raises); a passing failure (EAGAIN, EMFILE) only skips this one
+    if not ok or ecode == "ENOSYS" then prestarted.broken = true end
     return
   end
   slot.proc = proc
   local list = prestarted.list
   list[#list + 1] = slot
-  while #list > PRESTART_MAX do
-    local old = table.remove(list, 1)
-    old.proc:kill()
-  end
+  while #list > PRESTART_MAX do let_go(list[1], true) end
 end
 
 -- The run's code into a matching launch, and the program started; nil when there is none.
-local function prestart_take(key, pol, o, host, code, on_done)
+local function prestart_take(key, pol, o, host, code, on_done, extra)
   local slot
   for i = #prestarted.list, 1, -1 do
-    if prestarted.list[i].key == key then
-      slot = table.remove(prestarted.list, i)
-      break
-    end
+    local s = prestarted.list[i]
+    if s.key == key and rawequal(s.pol, pol) then slot = s break end
   end
   if not slot then return nil end
+  prestart_drop(slot)
   local run = slot.run
-  if not write_code(run, code) then slot.proc:kill() return nil end
+  local ok, args = pcall(pol.launch_args, pol, o, run, host)
+  if not ok or not same_args(args, slot.args) or spawn_settings(pol, o, extra) ~= slot.settings then
+    let_go(slot, false)     -- the policy changed under it: the run starts cold (and says why)
+    return nil
+  end
+  if not write_code(run, code) then let_go(slot, false) return nil end
   slot.finish = finisher(pol, o, run, host, on_done)
-  if not slot.proc:go { stdin = o.stdin, timeout = o.timeout } then
-    slot.finish = nil       -- it ended meanwhile: its exit cleans up
+  local gok, went = pcall(slot.proc.go, slot.proc, { stdin = o.stdin, timeout = o.timeout })
+  if not (gok and went) then
+    let_go(slot, false)     -- it ended meanwhile, or cannot be told: its exit cleans up
     return nil
   end
   return slot.proc
@@ -249,7 +288,7 @@ end
 function M.let_go_prestarted()
   local procs = {}
   for _, slot in ipairs(prestarted.list) do procs[#procs + 1] = slot.proc end
-  for _, p in ipairs(procs) do p:kill() end
+  for _, slot in ipairs({ table.unpack(prestarted.list) }) do let_go(slot, false) end
   prestarted.seen, prestarted.nseen = {}, 0
   return procs
 end
@@ -300,7 +339,7 @@ local function launch(what, code, opts, on_done, extra)
     and (pol.prestart or 0) > 0 and pol.pid_namespace and not pol.wrapper_isolates_network
     and prestart_key(pol, o, code, extra)
   local proc
-  if key then proc = prestart_take(key, pol, o, host, code, on_done) end
+  if key then proc = prestart_take(key, pol, o, host, code, on_done, extra) end
   if not proc then
     local perr, pcode
     proc, perr, pcode = start_cold(pol, o, host, code, on_done, extra, use_zygote)
@@ -311,7 +350,7 @@ local function launch(what, code, opts, on_done, extra)
     local seen = (prestarted.seen[key] or 0) + 1
     if not prestarted.seen[key] then
       -- a controller whose every run has options of its own: forget, rather than grow
-      prestarted.nseen = (prestarted.nseen or 0) + 1
+      prestarted.nseen = prestarted.nseen + 1
       if prestarted.nseen > 256 then prestarted.seen, prestarted.nseen, seen = {}, 1, 1 end
     end
     prestarted.seen[key] = seen
