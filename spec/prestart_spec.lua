@@ -131,6 +131,28 @@ describe("prestarted launches", function()
     assert.is_true(H.eventually(function() return #H.pids_with("corral-launch --prestart ") == 0 end, 3))
   end)
 
+  it("start ahead in a warm interpreter too: the next warm run takes one", function()
+    local function zygote_children()
+      local set = {}
+      local z = H.sh("ps -o pid= -o comm= --ppid " .. core.getpid() .. " | awk '$2 == \"corral-zygote\" {print $1}'")
+      if z == "" then return set end
+      for pid in H.sh("ps -o pid= --ppid " .. z):gmatch("%d+") do set[tonumber(pid)] = true end
+      return set
+    end
+    local code = "import os\nprint('warm', os.getpid())"
+    local _, r1 = run(code, { policy = "warm" })
+    if not r1.stdout:find("warm 3", 1, true) then
+      pending("no warm interpreter here: " .. r1.stdout .. r1.stderr)
+      return
+    end
+    run(code, { policy = "warm" })
+    local before = zygote_children()   -- its spawner, and the launch started ahead
+    local pid, r = run(code, { policy = "warm" })
+    assert.are.equal("warm 3\n", r.stdout)
+    assert.is_true(before[pid] == true, "the warm run did not take the launch started ahead")
+    assert(corral.close())
+  end)
+
   it("are let go by corral.close(): no process, directory or fd left", function()
     run("print(1)")
     run("print(1)")

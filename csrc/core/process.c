@@ -877,9 +877,9 @@ int corral_spawn(lua_State *L) {
   grace = corral_opt_number(L, 1, "grace", DEFAULT_GRACE, 0.0, 3600.0);
   ref = corral_opt_boolean(L, 1, "ref", 1);
   hold = corral_opt_boolean(L, 1, "hold", 0);
-  if (hold && (zyg != NULL || !report || !ref))
-    luaL_argerror(L, 1, "option 'hold' needs 'report', and neither 'zygote' nor 'ref' = false "
-                        "(the launcher waits on its report socket)");
+  if (hold && (!report || !ref))
+    luaL_argerror(L, 1, "option 'hold' needs 'report', and not 'ref' = false (the launcher "
+                        "waits on its report socket)");
 
   argv = string_array(L, i_args, nargs, file);
   envp = string_array(L, i_env, nenv, NULL); /* {NULL}: an empty environment */

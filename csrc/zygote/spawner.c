@@ -98,10 +98,6 @@ static int check_namespaces(const struct zygote *z, const struct plan *p, char *
 			 "--userns %s", userns_name(p->userns), userns_name(z->userns));
 		return -1;
 	}
-	if (p->prestart) {
-		snprintf(err, len, "--prestart is corral-launch's: a zygote's runs start on request");
-		return -1;
-	}
 	if (!p->pidns) {
 		snprintf(err, len, "the run asks for no --pidns, but the zygote forks each program "
 			 "into its run's PID namespace (run it with corral-launch)");

@@ -134,7 +134,8 @@ local function finisher(pol, o, run, host, done)
   end
 end
 
--- Launches started ahead of their runs (a policy's `prestart`): corral-launch --prestart, with
+-- Launches started ahead of their runs (a policy's `prestart`): corral-launch --prestart (or a
+-- warm interpreter's A and init, with the same argument), with
 -- its run directory (no code yet), uid, namespaces and mounts made, waiting in the init for a
 -- byte on its report socket. A run whose policy and options match one takes it: its code goes
 -- into the directory, proc:go() starts the program, and another is started for the next run
@@ -217,16 +218,24 @@ prestarted.sentinel = setmetatable({}, { __gc = function()
   end
 end })
 
--- Start one launch ahead for `key`. Failures are silent: the next run starts as without.
-local function prestart_one(key, pol, o, host, has_nul, extra)
+-- Start one launch ahead for `key` (through the policy's warm interpreter when `use_zygote`).
+-- Failures are silent: the next run starts as without.
+local function prestart_one(key, pol, o, host, has_nul, extra, use_zygote)
+  local zygote
+  if use_zygote then
+    zygote = warm.get(pol, o)
+    if not zygote then return end
+  end
   local run = make_run(pol, o, nil, host, has_nul)
   if not run then return end
+  run.zygote = use_zygote or nil
   local slot = { key = key, run = run, pol = pol, settings = spawn_settings(pol, o, extra) }
   local ok, proc, _, ecode = pcall(function()
     slot.args = pol:launch_args(o, run, host)
     local args = { "--prestart", table.unpack(slot.args) }
     return core.spawn {
-      file = host.launcher,
+      file = not zygote and host.launcher or nil,
+      zygote = zygote,
       args = args,
       hold = true,
       stdin = o.stdin and "" or nil,
@@ -334,10 +343,11 @@ local function launch(what, code, opts, on_done, extra)
   local probe = pol.warm and M.warm_interpreters and pol.pid_namespace and hostmod.probe()
   local use_zygote = probe and probe.pid_namespace and (probe.root or pol.user_namespace ~= "never"
       or (probe.caps["pid-namespace"] or {}).ok)
-  -- launches started ahead: corral-launch's, in a PID namespace
-  local key = not use_zygote and M.prestart_launches and not prestarted.broken
+  -- launches started ahead: in a PID namespace (corral-launch's, or a warm interpreter's)
+  local key = M.prestart_launches and not prestarted.broken
     and (pol.prestart or 0) > 0 and pol.pid_namespace and not pol.wrapper_isolates_network
     and prestart_key(pol, o, code, extra)
+  if key and use_zygote then key = key .. "|warm" end
   local proc
   if key then proc = prestart_take(key, pol, o, host, code, on_done, extra) end
   if not proc then
@@ -357,7 +367,9 @@ local function launch(what, code, opts, on_done, extra)
     if seen > 1 then
       local n = 0
       for _, slot in ipairs(prestarted.list) do if slot.key == key then n = n + 1 end end
-      for _ = n + 1, pol.prestart do prestart_one(key, pol, o, host, code:find("\0", 1, true) ~= nil, extra) end
+      for _ = n + 1, pol.prestart do
+        prestart_one(key, pol, o, host, code:find("\0", 1, true) ~= nil, extra, use_zygote)
+      end
     end
   end
   return proc

@@ -810,8 +810,8 @@ function Server:_maybe_stop()
   if not self.draining or self.stopped or self.in_flight > 0 or #self.queue > 0 then return end
   self.stopped = true
   if self.drain_timer then self.drain_timer:close() self.drain_timer = nil end
-  require("corral.warm").close_all()   -- the warm interpreters exit once idle
   corral.let_go_prestarted()            -- the launches started ahead are killed
+  require("corral.warm").close_all()   -- the warm interpreters exit once idle
   for _, s in ipairs(self.signals or {}) do s:close() end
   self.signals = nil
   -- the listener is closed; each connection closes once its answer is written (stop_accepting).
