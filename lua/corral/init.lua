@@ -183,10 +183,26 @@ local function prestart_key(pol, o, code, extra)
     (extra and extra.kill_on_overflow) and "kill" or "-", c }, "|")
 end
 
--- The spawn's settings besides the arguments, as one string.
+-- core.spawn's options for a run, but its arguments, stdin and on_exit.
+local function spawn_options(pol, o, host, extra, zygote)
+  return {
+    file = not zygote and host.launcher or nil,
+    zygote = zygote,
+    stdout_cap = o.max_output,
+    stderr_cap = o.max_output,
+    tail_bytes = pol.tail_bytes or 1024,
+    kill_on_overflow = (extra and extra.kill_on_overflow) or pol.kill_on_overflow or false,
+    report = true,
+    timeout = o.timeout,
+    grace = pol.grace or 0.2,
+  }
+end
+
+-- What a launch started ahead was spawned with, besides its arguments, as one string.
 local function spawn_settings(pol, o, extra)
-  return table.concat({ tostring(o.stdin ~= nil), tostring(o.max_output), tostring(pol.tail_bytes or 1024),
-    tostring((extra and extra.kill_on_overflow) or pol.kill_on_overflow or false), tostring(pol.grace or 0.2) }, "|")
+  local so = spawn_options(pol, o, {}, extra)
+  return table.concat({ tostring(o.stdin ~= nil), tostring(so.stdout_cap), tostring(so.tail_bytes),
+    tostring(so.kill_on_overflow), tostring(so.grace) }, "|")
 end
 
 local function same_args(a, b)
@@ -232,27 +248,17 @@ local function prestart_one(key, pol, o, host, has_nul, extra, use_zygote)
   local slot = { key = key, run = run, pol = pol, settings = spawn_settings(pol, o, extra) }
   local ok, proc, _, ecode = pcall(function()
     slot.args = pol:launch_args(o, run, host)
-    local args = { "--prestart", table.unpack(slot.args) }
-    return core.spawn {
-      file = not zygote and host.launcher or nil,
-      zygote = zygote,
-      args = args,
-      hold = true,
-      stdin = o.stdin and "" or nil,
-      stdout_cap = o.max_output,
-      stderr_cap = o.max_output,
-      tail_bytes = pol.tail_bytes or 1024,
-      kill_on_overflow = (extra and extra.kill_on_overflow) or pol.kill_on_overflow or false,
-      report = true,
-      timeout = o.timeout,
-      grace = pol.grace or 0.2,
-      on_exit = function(raw)
-        if slot.finish then return slot.finish(raw) end
-        -- let go of, or gone before its run came: nothing ran
-        prestart_drop(slot)
-        cleanup(run)
-      end,
-    }
+    local so = spawn_options(pol, o, host, extra, zygote)
+    so.args = { "--prestart", table.unpack(slot.args) }
+    so.hold = true
+    so.stdin = o.stdin and "" or nil
+    so.on_exit = function(raw)
+      if slot.finish then return slot.finish(raw) end
+      -- let go of, or gone before its run came: nothing ran
+      prestart_drop(slot)
+      cleanup(run)
+    end
+    return core.spawn(so)
   end)
   if not ok or not proc then
     cleanup(run)
@@ -389,20 +395,11 @@ function start_cold(pol, o, host, code, on_done, extra, use_zygote)
   -- from here on the run holds a directory, a lock and maybe a uid: any error (a policy's
   -- launch_args is operator code) must give them back
   local spawn_ok, proc, serr, scode = pcall(function()
-    return core.spawn {
-      file = not zygote and host.launcher or nil,
-      zygote = zygote,
-      args = pol:launch_args(o, run, host),
-      stdin = o.stdin,
-      stdout_cap = o.max_output,
-      stderr_cap = o.max_output,
-      tail_bytes = pol.tail_bytes or 1024,
-      kill_on_overflow = (extra and extra.kill_on_overflow) or pol.kill_on_overflow or false,
-      report = true,
-      timeout = o.timeout,
-      grace = pol.grace or 0.2,
-      on_exit = finisher(pol, o, run, host, on_done),
-    }
+    local so = spawn_options(pol, o, host, extra, zygote)
+    so.args = pol:launch_args(o, run, host)
+    so.stdin = o.stdin
+    so.on_exit = finisher(pol, o, run, host, on_done)
+    return core.spawn(so)
   end)
   if not spawn_ok then
     cleanup(run)
