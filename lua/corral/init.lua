@@ -229,7 +229,9 @@ end
 -- launches (the loop's teardown) and this removes their directories.
 prestarted.sentinel = setmetatable({}, { __gc = function()
   for _, slot in ipairs(prestarted.list) do
-    if slot.proc then pcall(core.kill, -slot.proc:pid(), 9) end
+    -- (a warm interpreter's launch has no pid until the zygote named it: kill(-0) would be ours)
+    local pid = slot.proc and slot.proc:pid() or 0
+    if pid > 0 then pcall(core.kill, -pid, 9) end
     pcall(cleanup, slot.run)
   end
 end })
