@@ -161,7 +161,7 @@ describe("prestarted launches", function()
     assert.are.same({}, prestarted())
   end)
 
-  it("are not started by a policy with prestart = 0, nor through the CLI", function()
+  it("are not started by a policy with prestart = 0, and prestart is checked", function()
     local pol = require("corral.policy").load("default"):extend { name = "cold", prestart = 0 }
     run("print(1)", { policy = pol })
     run("print(1)", { policy = pol })
