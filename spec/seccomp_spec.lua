@@ -392,6 +392,34 @@ describe("corral-launch --seccomp", function()
     assert.are.equal(0, status)
   end)
 
+  it("loads the filter in the init, ahead of the program, unless it denies a call the launcher makes", function()
+    local WHO = [==[
+import errno, os
+def field(pid, name):
+    for l in open("/proc/%s/status" % pid):
+        if l.startswith(name + ":"):
+            return l.split()[1]
+print("r init", field(1, "Seccomp"))
+print("r filters", field("self", "Seccomp_filters"))
+try:
+    os.kill(1, 0)
+    print("r kill 0")
+except OSError as e:
+    print("r kill", errno.errorcode[e.errno])
+]==]
+    -- a policy's list: the init B loads it on itself (mode 2) and the program inherits that one
+    -- filter, not a second
+    local got, rep, status, _, prog = run("--pidns --seccomp require " .. deny(FULL), WHO)
+    assert.are.same({ init = "2", filters = "1", kill = "0" }, got, prog)
+    assert.are.equal("30", rep.applied.seccomp)
+    assert.are.equal(0, status)
+    -- kill() denied: the init still has to kill and reap, so the program loads the filter itself
+    got, rep, status, _, prog = run("--pidns --seccomp require " .. deny({ "kill" }), WHO)
+    assert.are.same({ init = "0", filters = "1", kill = "EPERM" }, got, prog)
+    assert.are.equal("1", rep.applied.seccomp)
+    assert.are.equal(0, status)
+  end)
+
   it("keeps os.fork, subprocess and threads working under the full list", function()
     for _, opts in ipairs({ "--no-pidns", "--pidns" }) do
       local got, rep, status, _, prog = run(opts .. " --seccomp auto --deny-sockets " .. deny(FULL), WORKS)

@@ -264,6 +264,33 @@ void signals_reset(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+/* The Landlock ruleset, made by C's parent before C exists (child_prepare), or not yet. */
+static struct {
+	int done;
+	int rc;                 /* landlock_prepare()'s */
+	struct landlock ll;
+} prepared;
+
+/* In B (or A without a PID namespace), before C is started: with --prestart, before the wait, so
+ * that the ruleset's paths are opened and its rules added while no run waits. C enforces it. The
+ * paths are opened as the launcher's user, after the mounts, as C would open them. */
+void child_prepare(const struct launch *L)
+{
+	if (prepared.done)
+		return;
+	prepared.rc = landlock_prepare(L->plan, &prepared.ll);
+	prepared.done = 1;
+}
+
+/* After C is started: the parent's copy of the ruleset fd is not needed. */
+void child_prepared_close(void)
+{
+	if (prepared.done && prepared.ll.fd >= 0) {
+		close(prepared.ll.fd);
+		prepared.ll.fd = -1;
+	}
+}
+
 NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 {
 	const struct plan *p = L->plan;
@@ -274,9 +301,15 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	step_send_pid(errfd);
 	if (budget_join() != 0)                 /* the run cgroup, while we have our uid */
 		die(errfd, W_CGROUP, errno);
-	/* Landlock's paths are opened as the launcher's user, and before a small nofile limit. */
-	if (landlock_prepare(p, &ll) != 0)
+	/* Landlock's paths are opened as the launcher's user, and before a small nofile limit. C
+	 * may share its parent's memory until execve: it works on a copy of the prepared ruleset. */
+	if (prepared.done) {
+		ll = prepared.ll;
+		if (prepared.rc != 0)
+			die(errfd, ll.what, ll.err);
+	} else if (landlock_prepare(p, &ll) != 0) {
 		die(errfd, ll.what, ll.err);
+	}
 	step_rlimits(p);
 	step_ids(L, errfd, parent);
 	step_no_new_privs();

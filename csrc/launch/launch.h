@@ -197,6 +197,9 @@ struct child_msg {
 	int value;              /* MSG_PID: pid in /proc's namespace; MSG_FATAL: errno */
 };
 
+/* In C's parent, before C is started: the Landlock ruleset, which C then only enforces. */
+void child_prepare(const struct launch *L);
+void child_prepared_close(void);        /* once C is started */
 /* parent: the supervisor's getpid() before fork; errfd: write end of the pipe. */
 NORETURN void child_run(const struct launch *L, pid_t parent, int errfd);
 /* C's failure: {MSG_FATAL, w, err} to the supervisor (the fatal line), and the exit code. */
@@ -232,6 +235,10 @@ void seccomp_state_save(void *buf);
 void seccomp_state_load(const void *buf);
 int seccomp_apply(const struct plan *p);        /* in C, last before execve: loads it and
 						 * reports; -1 with errno: fatal (require) */
+/* In B, before C is started (and before --prestart's wait): loads the filter on B itself, which
+ * C inherits, when nothing B and C still do is denied; seccomp_apply then only reports. Failing,
+ * it leaves the load to C. */
+void seccomp_load_early(const struct plan *p);
 int seccomp_probe(void);                        /* in a forked child: 0 or an errno */
 
 /* ---- supervise.c ---- */

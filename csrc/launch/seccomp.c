@@ -4,7 +4,8 @@
  * allocates, which C must not do between fork and execve. A exports the BPF program into a static
  * buffer that B and C inherit with their memory; C loads it with the seccomp() system call as its
  * very last step before execve (seccomp_apply), so nothing the launcher does is filtered, and that
- * step is async-signal-safe like the rest of child.c.
+ * step is async-signal-safe like the rest of child.c. Or B loads it on itself before it starts C
+ * (seccomp_load_early), when the filter denies nothing B and C still call: C inherits it.
  *
  * The filter (native architecture only):
  *   default                       allow
@@ -67,6 +68,7 @@ static struct {
 	struct sock_filter insns[BPF_MAXINSNS]; /* the kernel's limit for one filter */
 	struct line unknown;                    /* "refused seccomp-unknown ...", len 0: none */
 	int unknown_cut;                        /* 1: names were left off, " ..." added */
+	int loaded;                             /* 1: B loaded it (seccomp_load_early) */
 } filt;
 
 /* The namespace flags clone() takes. CLONE_NEWTIME (0x80) is left out: in clone()'s flags that
@@ -502,7 +504,7 @@ int seccomp_apply(const struct plan *p)
 	if (filt.unknown.len)
 		line_send(&filt.unknown, report_get_fd());
 	err = filt.ready ? filt.err : EINVAL;
-	if (!err)
+	if (!err && !filt.loaded)
 		err = load();
 	if (!err) {
 		/* Filtered from here: the lines and execve are system calls of the program's. */
@@ -526,6 +528,53 @@ int seccomp_apply(const struct plan *p)
 		report_refused("deny-sockets", err, "there is no seccomp filter: the program may "
 			       "make sockets of every family");
 	return 0;
+}
+
+/* What B may load on itself before C exists: a filter whose every denied name is one of these,
+ * none of which B (reaping, budgets, report) or C (ids, rlimits, Landlock, execve) calls once
+ * the filter is loaded; nor do they make sockets, or clone with a CLONE_NEW* flag. B's
+ * PTRACE_DETACH answers a PTRACE_TRACEME, which the filter denies C's tree when ptrace is
+ * named. Any other name, and C loads the filter as its last step, as before. */
+static const char *const early_ok[] = {
+	"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "mount",
+	"umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
+	"fsmount", "fspick", "mount_setattr", "unshare", "setns", "keyctl", "add_key",
+	"request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
+	"io_uring_enter", "io_uring_register", "kexec_load", "kexec_file_load", "init_module",
+	"finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl",
+	"syslog", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "sethostname",
+	"setdomainname", "vhangup", "iopl", "ioperm", "modify_ldt", "uselib", "ustat", "sysfs",
+	"fanotify_init", "lookup_dcookie", "open_by_handle_at", "name_to_handle_at",
+	"personality",
+};
+
+static int early_allowed(const struct plan *p)
+{
+	size_t i, j;
+
+	for (i = 0; i < p->ndeny_syscall; i++) {
+		for (j = 0; j < sizeof early_ok / sizeof early_ok[0]; j++)
+			if (strcmp(p->deny_syscall[i], early_ok[j]) == 0)
+				break;
+		if (j == sizeof early_ok / sizeof early_ok[0])
+			return 0;
+	}
+	return 1;
+}
+
+/* The cost of loading (the kernel checks, translates and compiles the program, and works out
+ * which system calls it always allows) is paid while no run waits, with --prestart. C's steps
+ * run filtered from here; they call nothing the filter denies. no_new_privs is C's own step too
+ * (reported there); B sets it to load without CAP_SYS_ADMIN. */
+void seccomp_load_early(const struct plan *p)
+{
+	if (p->seccomp == PLAN_MECH_OFF || !filt.ready || filt.err || filt.loaded ||
+	    !early_allowed(p))
+		return;
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		return;
+	if (load() == 0)
+		filt.loaded = 1;
 }
 
 /* In a forked child: build and load a filter that denies personality(), then check that it

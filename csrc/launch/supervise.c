@@ -179,6 +179,7 @@ static int prog_start(struct launch *L, struct prog *c)
 	/* C changing its euid may have set the memory's dumpable flag (fs.suid_dumpable): ours */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	close(fds[1]);
+	child_prepared_close();
 	if (c->pid < 0) {
 		close(fds[0]);
 		report_fatal(W_FORK, err, NULL);
@@ -356,6 +357,17 @@ static int prestart_wait(const struct launch *L)
 	return n == 1 ? 0 : -1;
 }
 
+/* What C would do first and does not depend on the code, done by B ahead of it: the Landlock
+ * ruleset, and the seccomp filter (B's own, inherited) when B itself starts C. */
+static int init_prepare(struct launch *L)
+{
+	if (L->start_program)
+		return 0;       /* corral-zygote: C is not ours, it prepares its own */
+	child_prepare(L);
+	seccomp_load_early(L->plan);
+	return 0;
+}
+
 static NORETURN void init_main(struct launch *L, int outfd)
 {
 	struct prog c;
@@ -366,7 +378,8 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
 		_exit(EXIT_SETUP);
-	if (mounts_apply(L) == 0 && prestart_wait(L) == 0 && prog_start(L, &c) == 0) {
+	if (mounts_apply(L) == 0 && init_prepare(L) == 0 && prestart_wait(L) == 0 &&
+	    prog_start(L, &c) == 0) {
 		null_stdio();
 		while (c.errfd >= 0)
 			prog_read(&c);
