@@ -150,7 +150,12 @@ end
 -- A controller that ends without corral.close() has its waiting launches killed and their
 -- directories removed when its Lua state closes.
 local PRESTART_MAX, BACKOFF = 8, 8
-local prestarted = { list = {}, seen = {}, nseen = 0 }   -- list: oldest first; seen: key → runs
+-- The next run's launch starts PRESTART_DELAY seconds after this run's program was let go: the
+-- byte that lets it go wakes the init on the controller's CPU, which the next launch's spawn
+-- (its directory, then a vfork) would hold for about 0.2 ms first.
+local PRESTART_DELAY = 0.001
+-- list: oldest first; seen: key → runs; pending: key → the timer that starts its next launch
+local prestarted = { list = {}, seen = {}, nseen = 0, pending = {} }
 
 local function canon(v, depth)
   local t = type(v)
@@ -305,6 +310,8 @@ end
 function M.let_go_prestarted()
   local procs = {}
   for _, slot in ipairs(prestarted.list) do procs[#procs + 1] = slot.proc end
+  for _, t in pairs(prestarted.pending) do t:close() end
+  prestarted.pending = {}
   for _, slot in ipairs({ table.unpack(prestarted.list) }) do let_go(slot, false) end
   prestarted.seen, prestarted.nseen = {}, 0
   return procs
@@ -372,12 +379,18 @@ local function launch(what, code, opts, on_done, extra)
       if prestarted.nseen > 256 then prestarted.seen, prestarted.nseen, seen = {}, 1, 1 end
     end
     prestarted.seen[key] = seen
-    if seen > 1 then
-      local n = 0
-      for _, slot in ipairs(prestarted.list) do if slot.key == key then n = n + 1 end end
-      for _ = n + 1, pol.prestart do
-        prestart_one(key, pol, o, host, code:find("\0", 1, true) ~= nil, extra, use_zygote)
+    if seen > 1 and not prestarted.pending[key] then
+      local has_nul = code:find("\0", 1, true) ~= nil
+      local function top_up()
+        local n = 0
+        for _, slot in ipairs(prestarted.list) do if slot.key == key then n = n + 1 end end
+        for _ = n + 1, pol.prestart do prestart_one(key, pol, o, host, has_nul, extra, use_zygote) end
       end
+      prestarted.pending[key] = core.timer(PRESTART_DELAY, function()
+        prestarted.pending[key] = nil
+        -- (on the loop: a failure must not reach whichever run the loop is serving)
+        if not prestarted.broken and not pcall(top_up) then prestarted.broken = true end
+      end)
     end
   end
   return proc
