@@ -51,6 +51,18 @@ describe("corral-launch", function()
     assert.are.equal(128 + 11, status(launch("--no-pidns -- /bin/sh -c 'kill -SEGV $$'")))
   end)
 
+  it("gives the program every signal at its default and none blocked, whatever it was started with", function()
+    -- ignored signals pass execve: the shell leaves HUP, USR1 and PIPE ignored for the launcher
+    for _, ns in ipairs({ "--pidns", "--no-pidns" }) do
+      local out = H.sh("trap '' HUP USR1 PIPE; " .. L .. " " .. ns ..
+        " -- /bin/grep -E '^Sig(Ign|Blk):' /proc/self/status")
+      assert.are.equal("SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000", out, ns)
+      -- (the same shell's own child does inherit them: the check can see an ignored signal)
+      assert.is_falsy(H.sh("trap '' HUP USR1 PIPE; /bin/grep -E '^SigIgn:' /proc/self/status")
+        :find("0000000000000000", 1, true))
+    end
+  end)
+
   it("exits 127 with a fatal report line for a missing program", function()
     local out = launch("--report-fd 3 -- /nonexistent/prog 3>&1")
     assert.are.equal(127, status(out))

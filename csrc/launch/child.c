@@ -246,23 +246,6 @@ static int step_close_fds(void)
 	return 0;
 }
 
-/* Every disposition default, nothing blocked. C's last step before the seccomp filter and
- * execve (a default SIGPIPE could kill us on a report write to a closed pipe); corral-zygote's
- * too, before its interpreter starts and in each run it forks. */
-void signals_reset(void)
-{
-	struct sigaction sa = { 0 };
-	sigset_t none;
-	int s;
-
-	sa.sa_handler = SIG_DFL;
-	sigemptyset(&sa.sa_mask);
-	for (s = 1; s < NSIG; s++)
-		if (s != SIGKILL && s != SIGSTOP)
-			sigaction(s, &sa, NULL);        /* EINVAL for libc-reserved ones: fine */
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-}
 
 /* The Landlock ruleset, made by C's parent before C exists (child_prepare), or not yet. */
 static struct {
@@ -289,6 +272,108 @@ void child_prepared_close(void)
 		close(prepared.ll.fd);
 		prepared.ll.fd = -1;
 	}
+}
+
+/* The dispositions a program would inherit through execve that are not the default: execve
+ * resets a handler, not SIG_IGN. Noted once, in A after it ignored SIGPIPE and SIGXFSZ itself
+ * (signals_note): those, and what whoever started the launcher left ignored (nohup's SIGHUP). The
+ * launcher installs no handler. */
+static struct {
+	int noted;
+	unsigned long long ignored;     /* bit s-1: signal s (glibc's sigaddset refuses 32, 33) */
+} sigs;
+
+/* sigaction() on the kernel's own terms: glibc answers EINVAL for the real-time signals it keeps
+ * for itself (32 and 33), which an ignoring parent still passes on. The kernel's struct, where it
+ * is known. */
+#if defined(__x86_64__) || defined(__aarch64__)
+struct ksigaction {
+	void (*handler)(int);
+	unsigned long flags;
+	void (*restorer)(void);
+	unsigned long mask;
+};
+
+static int ksig_ignored(int s)
+{
+	struct ksigaction old;
+
+	return syscall(SYS_rt_sigaction, s, NULL, &old, sizeof old.mask) == 0 &&
+	       old.handler == SIG_IGN;
+}
+
+static void ksig_default(int s)
+{
+	struct ksigaction sa = { SIG_DFL, 0, NULL, 0 };
+
+	syscall(SYS_rt_sigaction, s, &sa, NULL, sizeof sa.mask);
+}
+#else
+static int ksig_ignored(int s)
+{
+	struct sigaction old;
+
+	return sigaction(s, NULL, &old) == 0 && old.sa_handler == SIG_IGN;
+}
+
+static void ksig_default(int s)
+{
+	struct sigaction sa = { 0 };
+
+	sa.sa_handler = SIG_DFL;
+	sigemptyset(&sa.sa_mask);
+	sigaction(s, &sa, NULL);
+}
+#endif
+
+/* Every disposition default, nothing blocked. C's last step before the seccomp filter and
+ * execve (a default SIGPIPE could kill us on a report write to a closed pipe); corral-zygote's
+ * too, before its interpreter starts and in each run it forks. */
+void signals_reset(void)
+{
+	struct sigaction sa = { 0 };
+	sigset_t none;
+	int s;
+
+	sa.sa_handler = SIG_DFL;
+	sigemptyset(&sa.sa_mask);
+	for (s = 1; s < NSIG; s++)
+		if (s != SIGKILL && s != SIGSTOP)
+			/* EINVAL for glibc's reserved 32 and 33: a process that goes on running glibc
+			 * (the warm interpreter) keeps its handlers for them */
+			sigaction(s, &sa, NULL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+void signals_note(void)
+{
+	int s;
+
+	sigs.ignored = 0;
+	for (s = 1; s < NSIG && s <= 64; s++)
+		if (s != SIGKILL && s != SIGSTOP && ksig_ignored(s))
+			sigs.ignored |= 1ULL << (s - 1);
+	sigs.noted = 1;
+}
+
+/* C before execve: what was noted ignored back to the default, nothing blocked. One system call
+ * per such signal (two, as a rule) instead of one per signal; without a note, signals_reset().
+ * Before execve 32 and 33 are reset too: the program's own libc sets them up again. */
+static void signals_reset_exec(void)
+{
+	sigset_t none;
+	int s;
+
+	if (!sigs.noted) {
+		signals_reset();
+		return;
+	}
+	for (s = 1; s < NSIG && s <= 64; s++)
+		if (sigs.ignored & (1ULL << (s - 1)))
+			ksig_default(s);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
 NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
@@ -320,7 +405,10 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	if (step_close_fds() != 0)
 		die(errfd, W_FDS, errno);
 	report_applied("empty-env");
-	signals_reset();
+	if (L->run_program)
+		signals_reset();        /* the warm interpreter's handlers too */
+	else
+		signals_reset_exec();
 	if (seccomp_apply(p) != 0)              /* last: nothing of ours is filtered */
 		die(errfd, W_SECCOMP, errno);
 	report_flush();

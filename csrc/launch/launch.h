@@ -197,6 +197,8 @@ struct child_msg {
 	int value;              /* MSG_PID: pid in /proc's namespace; MSG_FATAL: errno */
 };
 
+/* In A, once its own dispositions are set: which signals are ignored, for C to reset. */
+void signals_note(void);
 /* In C's parent, before C is started: the Landlock ruleset, which C then only enforces. */
 void child_prepare(const struct launch *L);
 void child_prepared_close(void);        /* once C is started */
