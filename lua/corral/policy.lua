@@ -380,9 +380,13 @@ function Policy:launch_args(opts, run, host)
     end
   end
   if self.budgets and self.budgets ~= "off" then
-    -- 0.1 s over cpu_seconds, so that a run of one busy process meets its own RLIMIT_CPU first
-    -- (SIGXCPU, which Python can catch) instead of racing the budget's SIGKILL
-    add("--budget-cpu-ms", int(opts.cpu_seconds * 1000 + 100), "--budget-memory-kb", int(opts.memory_mb * 1024))
+    -- 0.25 s and a twentieth over cpu_seconds, so that a run of one busy process meets its own
+    -- RLIMIT_CPU first (SIGXCPU, which Python can catch) instead of racing the budget's SIGKILL.
+    -- The kernel checks RLIMIT_CPU against CPU time sampled at its ticks, which the budget's own
+    -- 10 ms wakeups skew: a one-second loop got its SIGXCPU at 0.85 to 1.17 s of exact CPU
+    -- time with the budget polling (0.97 to 1.02 s without), and 1 in 16 met a 0.1 s margin's
+    -- SIGKILL first
+    add("--budget-cpu-ms", int(opts.cpu_seconds * 1050 + 250), "--budget-memory-kb", int(opts.memory_mb * 1024))
     if self.budget_poll_ms then add("--budget-poll-ms", int(self.budget_poll_ms)) end
     if self.cgroup and self.budgets ~= "poll" then
       add("--cgroup", self.cgroup)

@@ -35,8 +35,8 @@ for _ in range(4):
 threading.Event().wait()
 ]],
     opts = { cpu_seconds = 1, timeout = 6 },
-    -- SIGXCPU from RLIMIT_CPU at 1 s, or the whole-run budget's SIGKILL at 1.1 s: with four
-    -- threads on every core the two are 50 ms of wall time apart, and either may land first
+    -- SIGXCPU from RLIMIT_CPU at 1 s, or the whole-run budget's SIGKILL at 1.3 s: with four
+    -- threads on every core the two are 150 ms of wall time apart, and either may land first
     expect = { reason = "cpu", timed_out = false },
     check = function(r)
       assert.is_true(r.signal == 24 or r.signal == 9, "signal " .. tostring(r.signal))
