@@ -57,6 +57,24 @@ describe("prestarted launches", function()
     assert.are_not.equal(idle[1], again[1])
   end)
 
+  it("are not started for a policy table made per run, even at the address of a collected one", function()
+    -- a key names its policy table by address, which a new table gets once the old one is
+    -- collected: counted by that, every such run but the first would start a launch
+    local base = require("corral.policy").load("default")
+    local seen, reused = {}, nil
+    for i = 1, 60 do
+      collectgarbage()
+      collectgarbage()
+      local p = base:extend { name = "one-off" }
+      if seen[tostring(p)] then reused = reused or i end
+      seen[tostring(p)] = true
+      run("print(1)", { policy = p })
+      if reused and i >= reused + 2 then break end
+    end
+    if not reused then pending("no address was reused in 60 tables") return end
+    assert.are.same({}, prestarted())
+  end)
+
   it("give the run exactly a cold run's result: limits, stdin, timeout from the run on", function()
     local pol = require("corral.policy").load("default"):extend { name = "no-prestart", prestart = 0 }
     local code = "import sys\nprint(sys.stdin.read().upper())"

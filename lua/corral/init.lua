@@ -154,8 +154,12 @@ local PRESTART_MAX, BACKOFF = 8, 8
 -- byte that lets it go wakes the init on the controller's CPU, which the next launch's spawn
 -- (its directory, then a vfork) would hold for about 0.2 ms first.
 local PRESTART_DELAY = 0.001
--- list: oldest first; seen: key → runs; pending: key → the timer that starts its next launch
-local prestarted = { list = {}, seen = {}, nseen = 0, pending = {} }
+-- list: oldest first; seen: policy table → key → runs (weak: a key's string names the table by
+-- its address, which a new table may get once the old one is collected; counted by the table
+-- itself, a one-off policy made per run is never taken for a repeated one); pending: key → the
+-- timer that starts its next launch
+local function new_seen() return setmetatable({}, { __mode = "k" }) end
+local prestarted = { list = {}, seen = new_seen(), nseen = 0, pending = {} }
 
 local function canon(v, depth)
   local t = type(v)
@@ -226,7 +230,8 @@ end
 local function let_go(slot, unused)
   prestart_drop(slot)
   slot.finish = nil
-  if unused and prestarted.seen[slot.key] then prestarted.seen[slot.key] = -BACKOFF end
+  local per = prestarted.seen[slot.pol]
+  if unused and per and per[slot.key] then per[slot.key] = -BACKOFF end
   slot.proc:kill()
 end
 
@@ -305,6 +310,16 @@ local function prestart_take(key, pol, o, host, code, on_done, extra)
   return slot.proc
 end
 
+-- Runs the loop until done() or the deadline (core.hrtime()); a timer wakes the loop at the
+-- deadline, so that waiting for something that never comes still ends. Not from a callback.
+local function loop_until(done, deadline)
+  if done() then return true end
+  local t = core.timer(math.max(0, deadline - core.hrtime()), function() end)
+  while not done() and core.hrtime() < deadline do core.run("once") end
+  t:close()
+  return done()
+end
+
 --- Let go of the launches started ahead: each is killed, and cleaned up once the loop has seen
 -- its end. Returns their procs.
 function M.let_go_prestarted()
@@ -313,7 +328,7 @@ function M.let_go_prestarted()
   for _, t in pairs(prestarted.pending) do t:close() end
   prestarted.pending = {}
   for _, slot in ipairs({ table.unpack(prestarted.list) }) do let_go(slot, false) end
-  prestarted.seen, prestarted.nseen = {}, 0
+  prestarted.seen, prestarted.nseen = new_seen(), 0
   return procs
 end
 
@@ -322,13 +337,11 @@ end
 -- @return true, or nil and a message
 function M.release_prestarted(seconds)
   local procs = M.let_go_prestarted()
-  local deadline = core.hrtime() + (seconds or 5)
-  for _, p in ipairs(procs) do
-    while not p:done() do
-      if core.hrtime() > deadline then return nil, "ETIMEDOUT: a launch started ahead is still running" end
-      core.run("once")
-    end
-  end
+  local all_done = loop_until(function()
+    for _, p in ipairs(procs) do if not p:done() then return false end end
+    return true
+  end, core.hrtime() + (seconds or 5))
+  if not all_done then return nil, "ETIMEDOUT: a launch started ahead is still running" end
   return true
 end
 
@@ -372,13 +385,18 @@ local function launch(what, code, opts, on_done, extra)
   end
   if key then
     -- the next run's, started while this one runs
-    local seen = (prestarted.seen[key] or 0) + 1
-    if not prestarted.seen[key] then
+    local per = prestarted.seen[pol]
+    local seen = (per and per[key] or 0) + 1
+    if seen == 1 then
       -- a controller whose every run has options of its own: forget, rather than grow
       prestarted.nseen = prestarted.nseen + 1
-      if prestarted.nseen > 256 then prestarted.seen, prestarted.nseen, seen = {}, 1, 1 end
+      if prestarted.nseen > 256 then prestarted.seen, prestarted.nseen, per = new_seen(), 1, nil end
     end
-    prestarted.seen[key] = seen
+    if not per then
+      per = {}
+      prestarted.seen[pol] = per
+    end
+    per[key] = seen
     if seen > 1 and not prestarted.pending[key] then
       local has_nul = code:find("\0", 1, true) ~= nil
       local function top_up()
@@ -388,8 +406,12 @@ local function launch(what, code, opts, on_done, extra)
       end
       prestarted.pending[key] = core.timer(PRESTART_DELAY, function()
         prestarted.pending[key] = nil
-        -- (on the loop: a failure must not reach whichever run the loop is serving)
-        if not prestarted.broken and not pcall(top_up) then prestarted.broken = true end
+        -- only while this run runs, as a start at once would: a run that is over has given
+        -- back its uid, which a launch started now would keep from whatever comes next (a
+        -- policy with one uid, its next run). On the loop: a failure must not reach whichever
+        -- run the loop is serving.
+        if prestarted.broken or proc:done() then return end
+        if not pcall(top_up) then prestarted.broken = true end
       end)
     end
   end
@@ -452,9 +474,8 @@ function M.close(seconds)
   local pids = warm.close_all()
   local deadline = core.hrtime() + (seconds or 10)
   for _, pid in ipairs(pids) do
-    while pid > 0 and core.kill(pid, 0) do
-      if core.hrtime() > deadline then return nil, "ETIMEDOUT: warm interpreter " .. pid .. " is still running" end
-      core.run("once")
+    if not loop_until(function() return pid <= 0 or not core.kill(pid, 0) end, deadline) then
+      return nil, "ETIMEDOUT: warm interpreter " .. pid .. " is still running"
     end
   end
   core.run("nowait")
