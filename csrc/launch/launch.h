@@ -106,6 +106,9 @@ struct launch {
 	 * being C's end of the pipe to B: C's pid in the namespace, or -1 with errno. NULL: B
 	 * forks C itself. */
 	pid_t (*start_program)(struct launch *L, int wfd);
+	/* corral-zygote: what B does for start_program ahead of the run (before --prestart's
+	 * wait); NULL: nothing */
+	void (*prepare_program)(struct launch *L);
 };
 
 /* ---- report.c: every function here is async-signal-safe ---- */

@@ -362,8 +362,12 @@ static int prestart_wait(const struct launch *L)
  * ruleset, and the seccomp filter (B's own, inherited) when B itself starts C. */
 static int init_prepare(struct launch *L)
 {
-	if (L->start_program)
-		return 0;       /* corral-zygote: C is not ours, it prepares its own */
+	if (L->start_program) {
+		/* corral-zygote: C is not ours, and makes its own confinement from the plan */
+		if (L->prepare_program)
+			L->prepare_program(L);
+		return 0;
+	}
 	child_prepare(L);
 	seccomp_load_early(L->plan);
 	return 0;

@@ -71,15 +71,24 @@ static int step_capabilities(void)
 {
 	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
 	struct __user_cap_data_struct d[2];
+	unsigned possible[2];
 	int cap;
 
 	if (getuid() == 0 || geteuid() == 0)
 		return 0;       /* root keeps its set through execve */
 	if (syscall(SYS_capget, &h, d) != 0)
 		return -1;
+	/* An ambient capability is always permitted and inheritable too: ask about those only
+	 * (none, as a rule: entering a user namespace empties the inheritable set, and a change to
+	 * a uid other than 0 the permitted one). */
+	possible[0] = d[0].permitted & d[0].inheritable;
+	possible[1] = d[1].permitted & d[1].inheritable;
+	if (d[0].permitted == 0 && d[1].permitted == 0 && d[0].effective == 0 && d[1].effective == 0)
+		return 0;
 	d[0].permitted = d[1].permitted = 0;
 	for (cap = 0; cap < 64; cap++)
-		if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) == 1)
+		if ((possible[cap / 32] & (1U << (cap % 32))) &&
+		    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) == 1)
 			d[cap / 32].permitted |= 1U << (cap % 32);
 	d[0].effective = d[0].permitted;
 	d[1].effective = d[1].permitted;

@@ -71,7 +71,26 @@ static struct {
 	int sock;
 	char **args;            /* ID ARGS..., in A's copy of S's request */
 	size_t nargs;
-} b = { -1, NULL, 0 };
+	int ns[NNS];            /* B's namespace files, opened ahead (b_open_ns); -1: not */
+	int ns_err;             /* why one could not be opened */
+} b = { -1, NULL, 0, { -1, -1, -1, -1 }, 0 };
+
+/* B, after its mounts and before --prestart's wait: its namespace files, so that opening them
+ * is not on the run's path. */
+static void b_open_ns(struct launch *L)
+{
+	size_t i;
+
+	(void)L;
+	for (i = 0; i < NNS && !b.ns_err; i++) {
+		char path[48];
+
+		snprintf(path, sizeof path, "/proc/self/ns/%s", nstypes[i].name);
+		b.ns[i] = open(path, O_RDONLY | O_CLOEXEC);
+		if (b.ns[i] < 0)
+			b.ns_err = errno;
+	}
+}
 
 static int send_fields(int sock, const char *const *f, size_t nf, const int *fds, int nfds)
 {
@@ -104,23 +123,17 @@ static pid_t b_start(struct launch *L, int wfd)
 	ssize_t n;
 	long v;
 
-	(void)L;
 	if (!f)
 		return -1;
 	fds[F_STDIN] = STDIN_FILENO;
 	fds[F_STDOUT] = STDOUT_FILENO;
 	fds[F_STDERR] = STDERR_FILENO;
 	fds[F_PIPE] = wfd;
-	for (i = 0; i < NNS && !err; i++) {
-		char path[48];
-
-		snprintf(path, sizeof path, "/proc/self/ns/%s", nstypes[i].name);
-		fds[nfds] = open(path, O_RDONLY | O_CLOEXEC);
-		if (fds[nfds] < 0)
-			err = errno;
-		else
-			nfds++;
-	}
+	if (b.ns[0] < 0 && !b.ns_err)
+		b_open_ns(L);
+	err = b.ns_err;
+	for (i = 0; i < NNS && b.ns[i] >= 0; i++)
+		fds[nfds++] = b.ns[i];
 	nsend = nfds;           /* the namespace files opened: ours to close */
 	snprintf(mask, sizeof mask, "%d", NS_SENT);
 	snprintf(rfd, sizeof rfd, "%d", report_get_fd());
@@ -141,6 +154,8 @@ static pid_t b_start(struct launch *L, int wfd)
 	free(f);
 	for (i = F_FIXED; i < (size_t)nsend; i++)
 		close(fds[i]);
+	for (i = 0; i < NNS; i++)
+		b.ns[i] = -1;
 	if (err) {
 		errno = err;
 		return -1;
@@ -166,6 +181,7 @@ void program_prepare(struct launch *L, int sock, char **args, size_t nargs)
 	b.args = args;
 	b.nargs = nargs;
 	L->start_program = b_start;
+	L->prepare_program = b_open_ns;
 }
 
 /* ---- C ---- */
