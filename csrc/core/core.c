@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -255,6 +256,13 @@ static int l_getpid(lua_State *L) {
   return 1;
 }
 
+/* core.yield(): sched_yield(), so that a process this one just woke on its CPU runs first. */
+static int l_yield(lua_State *L) {
+  (void)L;
+  sched_yield();
+  return 0;
+}
+
 static int l_getuid(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)getuid());
   return 1;
@@ -413,6 +421,7 @@ static const luaL_Reg funcs[] = {
     {"lock", corral_lock},
     {"fds", l_fds},
     {"getpid", l_getpid},
+    {"yield", l_yield},
     {"getuid", l_getuid},
     {"geteuid", l_geteuid},
     {"getgid", l_getgid},

@@ -150,16 +150,11 @@ end
 -- A controller that ends without corral.close() has its waiting launches killed and their
 -- directories removed when its Lua state closes.
 local PRESTART_MAX, BACKOFF = 8, 8
--- The next run's launch starts PRESTART_DELAY seconds after this run's program was let go: the
--- byte that lets it go wakes the init on the controller's CPU, which the next launch's spawn
--- (its directory, then a vfork) would hold for about 0.2 ms first.
-local PRESTART_DELAY = 0.001
 -- list: oldest first; seen: policy table → key → runs (weak: a key's string names the table by
 -- its address, which a new table may get once the old one is collected; counted by the table
--- itself, a one-off policy made per run is never taken for a repeated one); pending: key → the
--- timer that starts its next launch
+-- itself, a one-off policy made per run is never taken for a repeated one)
 local function new_seen() return setmetatable({}, { __mode = "k" }) end
-local prestarted = { list = {}, seen = new_seen(), nseen = 0, pending = {} }
+local prestarted = { list = {}, seen = new_seen(), nseen = 0 }
 
 local function canon(v, depth)
   local t = type(v)
@@ -307,6 +302,10 @@ local function prestart_take(key, pol, o, host, code, on_done, extra)
     let_go(slot, false)     -- it ended meanwhile, or cannot be told: its exit cleans up
     return nil
   end
+  -- The byte woke the init, often on this CPU: let it start the program before this process
+  -- goes on to the next run's launch (its directory, then a vfork), which would hold the CPU
+  -- for about 0.2 ms first.
+  core.yield()
   return slot.proc
 end
 
@@ -325,8 +324,6 @@ end
 function M.let_go_prestarted()
   local procs = {}
   for _, slot in ipairs(prestarted.list) do procs[#procs + 1] = slot.proc end
-  for _, t in pairs(prestarted.pending) do t:close() end
-  prestarted.pending = {}
   for _, slot in ipairs({ table.unpack(prestarted.list) }) do let_go(slot, false) end
   prestarted.seen, prestarted.nseen = new_seen(), 0
   return procs
@@ -397,22 +394,12 @@ local function launch(what, code, opts, on_done, extra)
       prestarted.seen[pol] = per
     end
     per[key] = seen
-    if seen > 1 and not prestarted.pending[key] then
-      local has_nul = code:find("\0", 1, true) ~= nil
-      local function top_up()
-        local n = 0
-        for _, slot in ipairs(prestarted.list) do if slot.key == key then n = n + 1 end end
-        for _ = n + 1, pol.prestart do prestart_one(key, pol, o, host, has_nul, extra, use_zygote) end
+    if seen > 1 then
+      local n = 0
+      for _, slot in ipairs(prestarted.list) do if slot.key == key then n = n + 1 end end
+      for _ = n + 1, pol.prestart do
+        prestart_one(key, pol, o, host, code:find("\0", 1, true) ~= nil, extra, use_zygote)
       end
-      prestarted.pending[key] = core.timer(PRESTART_DELAY, function()
-        prestarted.pending[key] = nil
-        -- only while this run runs, as a start at once would: a run that is over has given
-        -- back its uid, which a launch started now would keep from whatever comes next (a
-        -- policy with one uid, its next run). On the loop: a failure must not reach whichever
-        -- run the loop is serving.
-        if prestarted.broken or proc:done() then return end
-        if not pcall(top_up) then prestarted.broken = true end
-      end)
     end
   end
   return proc
