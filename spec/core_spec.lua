@@ -90,6 +90,12 @@ describe("corral.core", function()
     end)
   end)
 
+  it("yields the CPU (sched_yield) and returns nothing", function()
+    local t0 = core.hrtime()
+    assert.are.equal(0, select("#", core.yield()))
+    assert.is_true(core.hrtime() - t0 < 1)
+  end)
+
   describe("utf8_repair", function()
     local cases = {
       { "plain ascii", "plain ascii", true },
