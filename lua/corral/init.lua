@@ -313,8 +313,11 @@ end
 -- deadline, so that waiting for something that never comes still ends. Not from a callback.
 local function loop_until(done, deadline)
   if done() then return true end
-  local t = core.timer(math.max(0, deadline - core.hrtime()), function() end)
-  while not done() and core.hrtime() < deadline do core.run("once") end
+  -- (the timer's clock is the loop's, in whole milliseconds: it may fire before hrtime() is
+  -- past the deadline, so its firing ends the wait)
+  local fired = false
+  local t = core.timer(math.max(0, deadline - core.hrtime()), function() fired = true end)
+  while not done() and not fired do core.run("once") end
   t:close()
   return done()
 end
@@ -384,7 +387,7 @@ local function launch(what, code, opts, on_done, extra)
     -- the next run's, started while this one runs
     local per = prestarted.seen[pol]
     local seen = (per and per[key] or 0) + 1
-    if seen == 1 then
+    if not (per and per[key]) then
       -- a controller whose every run has options of its own: forget, rather than grow
       prestarted.nseen = prestarted.nseen + 1
       if prestarted.nseen > 256 then prestarted.seen, prestarted.nseen, per = new_seen(), 1, nil end
