@@ -550,15 +550,11 @@ function Policy:result(raw, opts, run, host)
 end
 
 --- Load a policy by name (searched in `paths.policy_dirs()`), by path (contains a slash or ends
--- in .lua), or return a policy table as is (checked, unless this function loaded it from its file:
--- a server passes its policy table with every run). Loaded policies are cached per process.
+-- in .lua), or return a policy table as is. Loaded policies are cached per process.
 -- @return policy, or raises naming the policy when it cannot be found or is invalid
 local loaded = {}
-local from_file = setmetatable({}, { __mode = "k" })   -- the tables in `loaded`
 function M.load(spec)
   if type(spec) == "table" then
-    -- one loaded from a file here was checked then, as its name gives it without a check
-    if from_file[spec] then return spec end
     if getmetatable(spec) == nil then spec = M.new(spec) end
     return spec:check()
   end
@@ -586,7 +582,6 @@ function M.load(spec)
   p.path = path
   p:check()
   loaded[spec] = p
-  from_file[p] = true
   return p
 end
 

@@ -314,12 +314,19 @@ function M.start(config)
   end
   self.policy = load(c.policy, "policy")
   self.eval_policy = load(c.eval_policy, "eval_policy")
+  -- a policy loaded by name or path goes to each run by that name: policy.load() gives the
+  -- same table from its cache, without checking it again as it does a table (30 us a run)
+  self.spec_of = {}
+  if type(c.policy) == "string" then self.spec_of[self.policy] = c.policy end
   self.allowed = {}
   local allow = c.policies or { c.policy }
   for i, spec in ipairs(allow) do
     if type(spec) ~= "string" and type(spec) ~= "table" then config_error("policies", "entry " .. i .. " must be a policy name, path or table") end
     local p = load(spec, "policies[" .. i .. "]")
-    if type(spec) == "string" then self.allowed[spec] = p end
+    if type(spec) == "string" then
+      self.allowed[spec] = p
+      self.spec_of[p] = spec
+    end
     self.allowed[p.name] = p
   end
 
@@ -578,6 +585,7 @@ function Server:_parse_job(ctx, kind)
   local pok, prepared, perr, pcode = pcall(pol.prepare, pol, run_opts, host)
   if not pok then return nil, option_error(prepared, kind == "eval" and EVAL_NAME) end
   if not prepared then return nil, { status = 500, code = "sandbox_failed", kind = pcode, message = perr } end
+  if kind == "run" then checked.policy = self.spec_of[pol] or pol end
   return { kind = kind, code = code, opts = checked, ctx = ctx, state = "new" }
 end
 
