@@ -254,9 +254,10 @@ static struct {
 	struct landlock ll;
 } prepared;
 
-/* In B (or A without a PID namespace), before C is started: with --prestart, before the wait, so
- * that the ruleset's paths are opened and its rules added while no run waits. C enforces it. The
- * paths are opened as the launcher's user, after the mounts, as C would open them. */
+/* In B, before it starts C: with --prestart, before the wait, so that the ruleset's paths are
+ * opened and its rules added while no run waits. C enforces it. The paths are opened as the
+ * launcher's user, after the mounts, as C would open them. Without a PID namespace (no B), and
+ * for corral-zygote's C (not B's child), C makes it itself. */
 void child_prepare(const struct launch *L)
 {
 	if (prepared.done)

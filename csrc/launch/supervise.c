@@ -360,17 +360,16 @@ static int prestart_wait(const struct launch *L)
 
 /* What C would do first and does not depend on the code, done by B ahead of it: the Landlock
  * ruleset, and the seccomp filter (B's own, inherited) when B itself starts C. */
-static int init_prepare(struct launch *L)
+static void init_prepare(struct launch *L)
 {
 	if (L->start_program) {
 		/* corral-zygote: C is not ours, and makes its own confinement from the plan */
 		if (L->prepare_program)
 			L->prepare_program(L);
-		return 0;
+		return;
 	}
 	child_prepare(L);
 	seccomp_load_early(L->plan);
-	return 0;
 }
 
 static NORETURN void init_main(struct launch *L, int outfd)
@@ -383,16 +382,18 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
 		_exit(EXIT_SETUP);
-	if (mounts_apply(L) == 0 && init_prepare(L) == 0 && prestart_wait(L) == 0 &&
-	    prog_start(L, &c) == 0) {
-		null_stdio();
-		while (c.errfd >= 0)
-			prog_read(&c);
-		/* With a budget, the rest of the namespace is killed and reaped before the report,
-		 * so that usage and total count it. */
-		if (init_wait(&c) || budget_active())
-			init_kill_all(&c);
-		prog_finish(&c, &o);
+	if (mounts_apply(L) == 0) {
+		init_prepare(L);
+		if (prestart_wait(L) == 0 && prog_start(L, &c) == 0) {
+			null_stdio();
+			while (c.errfd >= 0)
+				prog_read(&c);
+			/* With a budget, the rest of the namespace is killed and reaped before the
+			 * report, so that usage and total count it. */
+			if (init_wait(&c) || budget_active())
+				init_kill_all(&c);
+			prog_finish(&c, &o);
+		}
 	}
 	report_flush();
 	do

@@ -83,8 +83,8 @@ static int step_capabilities(void)
 	 * a uid other than 0 the permitted one). */
 	possible[0] = d[0].permitted & d[0].inheritable;
 	possible[1] = d[1].permitted & d[1].inheritable;
-	if (d[0].permitted == 0 && d[1].permitted == 0 && d[0].effective == 0 && d[1].effective == 0)
-		return 0;
+	if (d[0].permitted == 0 && d[1].permitted == 0)
+		return 0;       /* nothing permitted, so nothing effective */
 	d[0].permitted = d[1].permitted = 0;
 	for (cap = 0; cap < 64; cap++)
 		if ((possible[cap / 32] & (1U << (cap % 32))) &&
