@@ -171,6 +171,32 @@ describe("prestarted launches", function()
     assert(corral.close())
   end)
 
+  it("let corral.close(seconds) end at its deadline while a warm run still holds its interpreter", function()
+    local r1 = select(2, run("print('warm')", { policy = "warm" }))
+    if r1.stdout ~= "warm\n" then pending("no warm interpreter here: " .. r1.stderr) return end
+    local zygotes = require("corral.warm").list()
+    assert.are.equal(1, #zygotes)
+    local res
+    assert(corral.start("import time\ntime.sleep(2)\nprint('slept')", { policy = "warm", timeout = 5 },
+      function(r, e) res = r or e end))
+    -- the interpreter exits once its run is done: close() waits 0.3 s for it, on a loop where
+    -- nothing else happens until the run's end 2 s from now
+    local t0 = core.hrtime()
+    local ok, err = corral.close(0.3)
+    local took = core.hrtime() - t0
+    assert.is_nil(ok)
+    assert.is_truthy(tostring(err):find("ETIMEDOUT", 1, true), tostring(err))
+    assert.is_true(took < 1.2, string.format("close(0.3) took %.2f s", took))
+    while res == nil do core.run("once") end
+    assert.are.equal("slept\n", res.stdout)
+    -- its run done, the interpreter exits; the loop sees it go (its socket closed)
+    assert.is_true(H.eventually(function()
+      core.run("nowait")
+      return not core.kill(zygotes[1].pid, 0)
+    end, 5))
+    core.run("nowait")
+  end)
+
   it("are let go by corral.close(): no process, directory or fd left", function()
     run("print(1)")
     run("print(1)")
