@@ -383,8 +383,11 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
 		_exit(EXIT_SETUP);
 	if (mounts_apply(L) == 0) {
+		/* corral-zygote's C is started ahead too, and waits for the run itself */
+		int ahead = L->start_program && L->plan->prestart;
+
 		init_prepare(L);
-		if (prestart_wait(L) == 0 && prog_start(L, &c) == 0) {
+		if ((ahead || prestart_wait(L) == 0) && prog_start(L, &c) == 0) {
 			null_stdio();
 			while (c.errfd >= 0)
 				prog_read(&c);

@@ -1272,25 +1272,45 @@ static void reseed(void)
 	Py_DECREF(r);
 }
 
+/* --prestart: C was forked ahead of its run, and waits here for it: the host writes one byte on
+ * the report socket when the run's code is in place. EOF: the launch was let go, nothing runs. */
+static void await_run(const struct plan *p)
+{
+	char b;
+	ssize_t n;
+
+	if (!p->prestart)
+		return;
+	do
+		n = read(report_get_fd(), &b, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(0);
+}
+
 NORETURN void py_run_program(const struct launch *L, int errfd)
 {
 	const struct plan *p = L->plan;
 	struct result res = { 0, 0 };
-	int s;
+	int s, ready;
 
 	/* The process as execve() would leave it (exec.c); a failure is the launcher's exec one. */
 	if (exec_like(p) != 0)
 		child_die(errfd, W_EXEC, errno);
-	/* No fd of the launcher's reaches the program: the report fd, the pipe whose EOF tells the
-	 * supervisor the program runs (as after an execve). Dumpable after that, not before. */
-	close_fds(3, -1);
-	exec_dumpable();
+	/* The interpreter's state for the run, which does not depend on the code: with --prestart,
+	 * before the run comes. */
 	PyOS_AfterFork_Child();
 	reseed();
 	for (s = 1; s < NSIG; s++)
 		if (s != SIGKILL && s != SIGSTOP)
 			sigaction(s, &py.sig[s], NULL);
-	if (setup_run(p) != 0) {
+	ready = setup_run(p) == 0;
+	await_run(p);
+	/* No fd of the launcher's reaches the program: the report fd, the pipe whose EOF tells the
+	 * supervisor the program runs (as after an execve). Dumpable after that, not before. */
+	close_fds(3, -1);
+	exec_dumpable();
+	if (!ready) {
 		PyErr_Print();
 		_exit(1);
 	}
