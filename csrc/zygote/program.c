@@ -448,7 +448,7 @@ static pid_t fork_orphan(const struct zygote *z, struct plan *p, int mask, const
 }
 
 pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds,
-		   uint64_t digest)
+		   uint64_t digest, int *mntns)
 {
 	static char *argv[ARGS_MAX + 1];
 	struct plan plan;
@@ -492,6 +492,11 @@ pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int 
 	}
 	plan_free(&plan);
 out:
+	*mntns = -1;
+	if (pid > 0) {
+		*mntns = fds[ns_fd_index(CLONE_NEWNS)];
+		fds[ns_fd_index(CLONE_NEWNS)] = -1;
+	}
 	if (pid > 0)
 		answer(sock, "forked", (long)pid);
 	else

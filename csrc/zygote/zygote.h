@@ -94,6 +94,10 @@ int request_idle(void);
 size_t request_poll(struct pollfd **pf, size_t *cap, size_t base);
 /* What poll() said of them: B's requests for its program. */
 void request_polled(struct zygote *z, const struct pollfd *pf, size_t base, size_t n);
+/* 1: mount namespaces of ended runs are held, to be let go while nothing else waits. */
+int request_spare(void);
+/* Lets them go (each the last reference: the kernel unmounts the run's mounts now). */
+void request_drop_spare(void);
 /* In Z, before forking a C: the plan's seccomp filter in seccomp.c's state (built once). */
 void request_filter(const struct zygote *z, const struct plan *p);
 
@@ -116,9 +120,11 @@ int program_key(void);
 /* The keyed hash of a request's ID and ARGS, kept per run to check B's request against. */
 uint64_t program_digest(const char *bytes, size_t len);
 /* In Z: B's request on sock, with its fds (closed by the caller): forks C into B's namespaces
- * and answers B. C's pid there, or -1 (B was told why). digest: the host's request's. */
+ * and answers B. C's pid there, or -1 (B was told why). digest: the host's request's. When C
+ * is forked, *mntns takes the run's mount namespace file out of fds[] (-1 there): the caller's
+ * to close. */
 pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds,
-		   uint64_t digest);
+		   uint64_t digest, int *mntns);
 /* The host closed the control socket: ends the runs still going (as SIGTERM ends a launcher's),
  * waits for them, and says nothing more. */
 void request_stop_all(struct zygote *z);
