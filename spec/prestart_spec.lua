@@ -57,6 +57,25 @@ describe("prestarted launches", function()
     assert.are_not.equal(idle[1], again[1])
   end)
 
+  it("are started on request by corral.prestart(opts), and the next run with those options takes it", function()
+    local pol = require("corral.policy").load("default"):extend { name = "asked" }
+    assert.are.equal(1, corral.prestart { policy = pol, max_output = 5000 })
+    assert.are.equal(1, corral.prestart { policy = pol, max_output = 5000 }, "a second call added one")
+    local idle = prestarted()
+    assert.are.equal(1, #idle)
+    -- other options do not take it
+    local other = run("print('other')", { policy = pol, max_output = 6000 })
+    assert.are_not.equal(idle[1], other)
+    local pid, r = run("print('asked')", { policy = pol, max_output = 5000, stdin = nil })
+    assert.are.equal(idle[1], pid, "the run did not take the launch started on request")
+    assert.are.equal("asked\n", r.stdout)
+    -- that was the key's first run: none is started for the next
+    assert.are.same({}, prestarted())
+    assert.are.equal(0, corral.prestart { policy = pol:extend { prestart = 0 } })
+    assert.has_error(function() corral.prestart { max_outptu = 1 } end)
+    assert.has_error(function() corral.prestart { policy = "no-such-policy" } end)
+  end)
+
   it("are not started for a policy table made per run, even at the address of a collected one", function()
     -- a key names its policy table by address, which a new table gets once the old one is
     -- collected: counted by that, every such run but the first would start a launch
@@ -173,6 +192,21 @@ describe("prestarted launches", function()
       for _ in pairs(before) do n = n + 1 end
       return n >= 2
     end, 5), "no launch was started ahead")
+    -- its program too: forked by the interpreter into the launch's namespaces, confined, and
+    -- waiting for the run (the code is not there yet)
+    local waiting
+    assert.is_true(H.eventually(function()
+      for a in pairs(before) do
+        for b in H.sh("ps -o pid= --ppid " .. a):gmatch("%d+") do
+          local c = H.sh("ps -o pid= -o comm= --ppid " .. b):match("(%d+)%s+python3")
+          if c then waiting = c end
+        end
+      end
+      return waiting ~= nil
+    end, 5), "the launch started ahead has no program waiting")
+    local st = H.sh("cat /proc/" .. waiting .. "/status")
+    assert.matches("NoNewPrivs:%s*1", st)
+    assert.matches("Seccomp:%s*2", st)
     local pid, r = run(code, { policy = "warm" })
     assert.are.equal("warm 3\n", r.stdout)
     assert.is_true(before[pid] == true, "the warm run did not take the launch started ahead")
@@ -203,6 +237,28 @@ describe("prestarted launches", function()
       return not core.kill(zygotes[1].pid, 0)
     end, 5))
     core.run("nowait")
+  end)
+
+  it("end with their mount namespace held by the warm interpreter only until it is idle", function()
+    local code = "import os\nprint(os.readlink('/proc/self/ns/mnt'))"
+    local _, r1 = run(code, { policy = "warm" })
+    if not r1.stdout:find("^mnt:") then pending("no warm interpreter here: " .. r1.stderr) return end
+    local z = require("corral.warm").list()[1].pid
+    if H.sh("ls /proc/" .. z .. "/fd 2>/dev/null") == "" then
+      pending("the interpreter's fds cannot be read here")
+      return
+    end
+    -- the interpreter holds a run's mount namespace from the fork of its program to the run's
+    -- end, and lets it go once idle (a namespace's number is reused once it is freed: so with
+    -- no launch started ahead left, it holds none)
+    local _, r2 = run(code, { policy = "warm" })
+    assert.matches("^mnt:%[%d+%]", r2.stdout)
+    assert(corral.release_prestarted())
+    assert.is_true(H.eventually(function()
+      core.run("nowait")
+      return not H.sh("ls -l /proc/" .. z .. "/fd"):find("mnt:", 1, true)
+    end, 5), "the interpreter still holds a mount namespace")
+    assert(corral.close())
   end)
 
   it("are let go by corral.close(): no process, directory or fd left", function()
