@@ -350,7 +350,10 @@ end
 local protected = false
 local start_cold
 
-local function launch(what, code, opts, on_done, extra)
+-- What a run of `opts` is started with: its policy, options, host, whether its warm interpreter
+-- forks it, and the key of the launches started ahead that it can take (nil: none), for `code`
+-- (or, code nil, for code without a NUL byte); or nil, message, code. Raises on bad options.
+local function plan_of(what, code, opts, extra)
   local ok, pol = pcall(policy.load, opts.policy or (extra and extra.policy) or "default")
   if not ok then error(what .. ": " .. tostring(pol), 0) end
   -- Where a run shares the controller's uid (no user namespace, no run uid) and Landlock is
@@ -374,8 +377,27 @@ local function launch(what, code, opts, on_done, extra)
   -- launches started ahead: in a PID namespace (corral-launch's, or a warm interpreter's)
   local key = M.prestart_launches and not prestarted.broken
     and (pol.prestart or 0) > 0 and pol.pid_namespace and not pol.wrapper_isolates_network
-    and prestart_key(pol, o, code, extra)
+    and prestart_key(pol, o, code or "", extra)
   if key and use_zygote then key = key .. "|warm" end
+  return { pol = pol, o = o, host = host, key = key or nil, use_zygote = use_zygote }
+end
+
+-- Starts the launches `key` lacks (up to the policy's `prestart`); how many wait now.
+local function prestart_fill(p, has_nul, extra)
+  local n = 0
+  for _, slot in ipairs(prestarted.list) do if slot.key == p.key then n = n + 1 end end
+  for _ = n + 1, p.pol.prestart do
+    prestart_one(p.key, p.pol, p.o, p.host, has_nul, extra, p.use_zygote)
+  end
+  n = 0
+  for _, slot in ipairs(prestarted.list) do if slot.key == p.key then n = n + 1 end end
+  return n
+end
+
+local function launch(what, code, opts, on_done, extra)
+  local p, err, ecode = plan_of(what, code, opts, extra)
+  if not p then return nil, err, ecode end
+  local pol, o, host, key, use_zygote = p.pol, p.o, p.host, p.key, p.use_zygote
   local proc
   if key then proc = prestart_take(key, pol, o, host, code, on_done, extra) end
   if not proc then
@@ -397,15 +419,24 @@ local function launch(what, code, opts, on_done, extra)
       prestarted.seen[pol] = per
     end
     per[key] = seen
-    if seen > 1 then
-      local n = 0
-      for _, slot in ipairs(prestarted.list) do if slot.key == key then n = n + 1 end end
-      for _ = n + 1, pol.prestart do
-        prestart_one(key, pol, o, host, code:find("\0", 1, true) ~= nil, extra, use_zygote)
-      end
-    end
+    if seen > 1 then prestart_fill(p, code:find("\0", 1, true) ~= nil, extra) end
   end
   return proc
+end
+
+--- Start launches ahead for runs with these options now, as the library does from a repeated
+-- run's second on (`prestart`): for a caller that knows a run is coming. Up to the policy's
+-- `prestart` wait for code without a NUL byte; the next run with exactly these options (stdin's
+-- bytes and timeout aside) takes one. Does not count as a run: a key's next run still starts
+-- none for the run after it, unless it is that key's second.
+-- @return how many wait for these options (0: the policy or this process starts none), or
+-- nil, message, code
+function M.prestart(opts)
+  opts = options.check("prestart", opts or {}, options.run_schema)
+  local p, err, ecode = plan_of("prestart", nil, opts)
+  if not p then return nil, err, ecode end
+  if not p.key then return 0 end
+  return prestart_fill(p, false)
 end
 
 -- A run started on request: its directory, then corral-launch or its warm interpreter.
