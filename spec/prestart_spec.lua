@@ -245,6 +245,7 @@ describe("prestarted launches", function()
     if not r1.stdout:find("^mnt:") then pending("no warm interpreter here: " .. r1.stderr) return end
     local z = require("corral.warm").list()[1].pid
     if H.sh("ls /proc/" .. z .. "/fd 2>/dev/null") == "" then
+      assert(corral.close())
       pending("the interpreter's fds cannot be read here")
       return
     end

@@ -49,7 +49,8 @@ int supervise_prepare(struct launch *L)
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGXFSZ, SIG_IGN);
 	signal(SIGCHLD, SIG_DFL);
-	signals_note();         /* what C must set back to the default before execve */
+	if (!L->start_program)  /* corral-zygote's C resets every one itself */
+		signals_note(); /* what C must set back to the default before execve */
 	if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
 		goto fail;
 	L->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
