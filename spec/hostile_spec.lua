@@ -206,6 +206,7 @@ local function start_case(case, prefix, done)
       local tok, e = pcall(case.teardown, ctx)
       if not tok then o.problems[#o.problems + 1] = "teardown failed: " .. tostring(e) end
     end
+    if o.not_taken then o.problems[#o.problems + 1] = o.not_taken end
     done(o)
   end
   local function after_runs()
@@ -301,17 +302,19 @@ local function start_case(case, prefix, done)
         local opts = S.case_opts(case, ctx, sink)
         -- every other case runs in a launch started ahead for it (corral.prestart), and the
         -- other base's run of the case does the opposite: each program meets both paths
+        -- (a variant without a PID namespace starts none)
         o.ahead = (case.index + (S.base == "warm" and 1 or 0)) % 2 == 0 and not code:find("\0", 1, true)
-        if o.ahead then assert(corral.prestart(opts)) end
+          and assert(corral.prestart(opts)) > 0
         t0 = core.hrtime()
         local p, e, c = corral.start(code, opts, function(r, rerr, rcode)
           o.res, o.err, o.code = r, rerr, rcode
           o.elapsed = core.hrtime() - t0
           one_done()
         end)
-        -- one the run did not take (a variant without a PID namespace starts none) must not
-        -- hold a uid meanwhile
-        if o.ahead then corral.let_go_prestarted() end
+        -- the run takes it; one left would hold a uid meanwhile
+        if o.ahead and #corral.let_go_prestarted() > 0 then
+          o.not_taken = "the run did not take the launch started ahead for it"
+        end
         return p, e, c
       end)
       if not started then proc, err, ecode = nil, "the runner could not start the case: " .. tostring(proc), "ERUNNER" end

@@ -60,13 +60,13 @@ describe("prestarted launches", function()
   it("are started on request by corral.prestart(opts), and the next run with those options takes it", function()
     local pol = require("corral.policy").load("default"):extend { name = "asked" }
     assert.are.equal(1, corral.prestart { policy = pol, max_output = 5000 })
-    assert.are.equal(1, corral.prestart { policy = pol, max_output = 5000 }, "a second call added one")
+    assert.are.equal(1, corral.prestart { policy = pol, max_output = 5000 }, "a second call started another")
     local idle = prestarted()
     assert.are.equal(1, #idle)
     -- other options do not take it
     local other = run("print('other')", { policy = pol, max_output = 6000 })
     assert.are_not.equal(idle[1], other)
-    local pid, r = run("print('asked')", { policy = pol, max_output = 5000, stdin = nil })
+    local pid, r = run("print('asked')", { policy = pol, max_output = 5000 })
     assert.are.equal(idle[1], pid, "the run did not take the launch started on request")
     assert.are.equal("asked\n", r.stdout)
     -- that was the key's first run: none is started for the next
@@ -254,6 +254,12 @@ describe("prestarted launches", function()
     -- no launch started ahead left, it holds none)
     local _, r2 = run(code, { policy = "warm" })
     assert.matches("^mnt:%[%d+%]", r2.stdout)
+    -- the launch started ahead for the next run: its program forked, the interpreter holds its
+    -- namespace
+    assert.is_true(H.eventually(function()
+      core.run("nowait")
+      return H.sh("ls -l /proc/" .. z .. "/fd"):find("mnt:", 1, true) ~= nil
+    end, 5), "the interpreter holds no mount namespace of a launch started ahead")
     assert(corral.release_prestarted())
     assert.is_true(H.eventually(function()
       core.run("nowait")

@@ -408,7 +408,7 @@ static NORETURN void serve(void)
 			break;
 		}
 		if (r == 0) {
-			request_drop_spare();   /* nothing waits: ended runs' mount namespaces go */
+			request_drop_spare();   /* nothing waits: an ended run's mount namespace goes */
 			continue;
 		}
 		request_polled(&z, pf, 2, npf);

@@ -1272,8 +1272,33 @@ static void reseed(void)
 	Py_DECREF(r);
 }
 
+/* Every fd above 2 closed but keep_a and keep_b (-1: none). */
+static void close_fds_but(int keep_a, int keep_b)
+{
+	int lo = keep_a < keep_b ? keep_a : keep_b, hi = keep_a < keep_b ? keep_b : keep_a;
+
+	if (lo < 3) {
+		lo = hi;
+		hi = -1;
+	}
+	if (lo < 3) {
+		close_fds(3, -1);
+		return;
+	}
+	if (lo > 3)
+		close_fds(3, lo - 1);
+	if (hi > lo) {
+		if (hi > lo + 1)
+			close_fds(lo + 1, hi - 1);
+		close_fds(hi + 1, -1);
+	} else {
+		close_fds(lo + 1, -1);
+	}
+}
+
 /* --prestart: C was forked ahead of its run, and waits here for it: the host writes one byte on
- * the report socket when the run's code is in place. EOF: the launch was let go, nothing runs. */
+ * the report socket when the run's code is in place. EOF: the launch was let go; C exits as the
+ * launcher does then (125), and nothing runs. */
 static void await_run(const struct plan *p)
 {
 	char b;
@@ -1285,7 +1310,7 @@ static void await_run(const struct plan *p)
 		n = read(report_get_fd(), &b, 1);
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
-		_exit(0);
+		_exit(EXIT_SETUP);
 }
 
 NORETURN void py_run_program(const struct launch *L, int errfd)
@@ -1297,19 +1322,24 @@ NORETURN void py_run_program(const struct launch *L, int errfd)
 	/* The process as execve() would leave it (exec.c); a failure is the launcher's exec one. */
 	if (exec_like(p) != 0)
 		child_die(errfd, W_EXEC, errno);
+	/* No fd of the launcher's reaches the program. Before the interpreter's state is made, every
+	 * one but the report socket (the run's byte comes on it) and the pipe whose EOF tells the
+	 * supervisor the program runs (as after an execve): those two go after the wait. */
+	close_fds_but(report_get_fd(), errfd);
 	/* The interpreter's state for the run, which does not depend on the code: with --prestart,
 	 * before the run comes. */
 	PyOS_AfterFork_Child();
 	reseed();
+	ready = setup_run(p) == 0;
+	await_run(p);
+	close(report_get_fd());
+	close(errfd);
+	exec_dumpable();        /* after the fds are closed, not before */
+	/* Python's own dispositions (SIGINT: KeyboardInterrupt) only now: a signal during the wait
+	 * must not reach the run's code */
 	for (s = 1; s < NSIG; s++)
 		if (s != SIGKILL && s != SIGSTOP)
 			sigaction(s, &py.sig[s], NULL);
-	ready = setup_run(p) == 0;
-	await_run(p);
-	/* No fd of the launcher's reaches the program: the report fd, the pipe whose EOF tells the
-	 * supervisor the program runs (as after an execve). Dumpable after that, not before. */
-	close_fds(3, -1);
-	exec_dumpable();
 	if (!ready) {
 		PyErr_Print();
 		_exit(1);
