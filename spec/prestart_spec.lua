@@ -168,6 +168,17 @@ describe("prestarted launches", function()
     assert.is_true(H.eventually(function() return #H.pids_with("corral-launch --prestart ") == 0 end, 3))
   end)
 
+  it("do not keep corral.run_loop() going once the runs are done, warm ones neither", function()
+    -- two runs each (the second starts a launch ahead), then the loop in its default mode must
+    -- return: a launch waiting for a run that may never come is nothing pending
+    local out = H.sh("timeout 20 lua5.4 -e 'package.path = \"lua/?.lua;lua/?/init.lua;\" .. package.path; "
+      .. "package.cpath = \"csrc/?.so;\" .. package.cpath; local c = require(\"corral\"); local n = 0; "
+      .. "for _, p in ipairs({\"default\", \"default\", \"warm\", \"warm\"}) do "
+      .. "assert(c.start(\"print(1)\", {policy = p}, function(r) n = n + #r.stdout end)) c.run_loop() end "
+      .. "io.write(n, \" \", #c.let_go_prestarted()) c.close()'; echo \" rc=$?\"")
+    assert.are.equal("8 2 rc=0", out)
+  end)
+
   it("start ahead in a warm interpreter too: the next warm run takes one", function()
     local function zygote_children()
       local set = {}

@@ -108,6 +108,9 @@ struct corral_zygote *corral_zygote_check(lua_State *L, int idx);
 int corral_zygote_submit(struct corral_zygote *z, struct corral_run *r, char *const *args,
                          int fds[4], struct corral_zlink **out);
 void corral_zlink_free(struct corral_zlink *k);  /* the run is done with it (NULL: nothing) */
+/* A launch started ahead (held: 1) does not keep core.run("default") going until it is let go
+ * or told to go (held: 0). NULL: nothing. */
+void corral_zlink_hold(struct corral_zlink *k, int held);
 /* Loop teardown, before corral_runs_shutdown: kill and reap the zygotes, close their handles. */
 void corral_zygote_shutdown(corral_loop *cl);
 

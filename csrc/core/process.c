@@ -970,6 +970,7 @@ int corral_spawn(lua_State *L) {
     /* started ahead: no stdin, no timeout and no hold on core.run("default") until proc:go() */
     r->held = 1;
     set_ref(r, 0);
+    corral_zlink_hold(r->zl, 1);
   } else {
     begin_run(r);
   }
@@ -1009,6 +1010,7 @@ static int proc_kill(lua_State *L) {
       r->held = 0;
       r->grace_ms = 0;
       set_ref(r, 1);
+      corral_zlink_hold(r->zl, 0);
     }
     end_run(r);
   }
@@ -1058,6 +1060,7 @@ static int proc_go(lua_State *L) {
     return 1;
   }
   r->held = 0;
+  corral_zlink_hold(r->zl, 0);
   r->has_timeout = timeout >= 0.0;
   r->timeout_ms = r->has_timeout ? seconds_to_ms(timeout) : 0;
   r->t_start = uv_hrtime();

@@ -45,7 +45,7 @@ struct corral_zlink {
   size_t len;
   int fds[4];                         /* ours to close once sent (or dropped) */
   struct corral_zlink *qnext;         /* z->qhead: waiting for room in the socket, oldest first */
-  unsigned queued : 1, started : 1;
+  unsigned queued : 1, started : 1, held : 1;
 };
 
 struct corral_zygote {
@@ -106,6 +106,12 @@ void corral_zlink_free(struct corral_zlink *k) {
   link_unlink(k);
   free(k);
   if (z != NULL) zygote_update(z);
+}
+
+void corral_zlink_hold(struct corral_zlink *k, int held) {
+  if (k == NULL) return;
+  k->held = held ? 1 : 0;
+  if (k->z != NULL) zygote_update(k->z);
 }
 
 /* Tell the run that it ended without an exit status from the zygote. */
@@ -349,6 +355,14 @@ static void zygote_gone(struct corral_zygote *z, const char *why) {
   }
 }
 
+/* A run of it that the loop waits for: one not held (a launch started ahead waits for nobody). */
+static int links_pending(const struct corral_zygote *z) {
+  const struct corral_zlink *k;
+  for (k = z->links; k != NULL; k = k->next)
+    if (!k->held) return 1;
+  return 0;
+}
+
 /* Poll for what is needed, and keep the loop alive only while something is pending. */
 static void zygote_update(struct corral_zygote *z) {
   int want;
@@ -362,7 +376,7 @@ static void zygote_update(struct corral_zygote *z) {
     uv_poll_start(&z->poll, want, poll_cb);
     z->events = want;
   }
-  if (z->links != NULL || z->state == Z_STARTING || z->closing)
+  if (links_pending(z) || z->state == Z_STARTING || z->closing)
     uv_ref((uv_handle_t *)&z->poll);
   else
     uv_unref((uv_handle_t *)&z->poll);
