@@ -250,7 +250,7 @@ describe("prestarted launches", function()
     core.run("nowait")
   end)
 
-  it("end with their mount namespace held by the warm interpreter only until it is idle", function()
+  it("have their mount namespace held by the warm interpreter from the program's fork to their end only", function()
     local code = "import os\nprint(os.readlink('/proc/self/ns/mnt'))"
     local _, r1 = run(code, { policy = "warm" })
     if not r1.stdout:find("^mnt:") then pending("no warm interpreter here: " .. r1.stderr) return end
@@ -261,8 +261,8 @@ describe("prestarted launches", function()
       return
     end
     -- the interpreter holds a run's mount namespace from the fork of its program to the run's
-    -- end, and lets it go once idle (a namespace's number is reused once it is freed: so with
-    -- no launch started ahead left, it holds none)
+    -- end (a namespace's number is reused once it is freed: so with no launch started ahead
+    -- left, it must hold none)
     local _, r2 = run(code, { policy = "warm" })
     assert.matches("^mnt:%[%d+%]", r2.stdout)
     -- the launch started ahead for the next run: its program forked, the interpreter holds its

@@ -392,7 +392,7 @@ static NORETURN void serve(void)
 	if (!buf || !pf)
 		failed("out of memory");
 	for (;;) {
-		int nfds, cut, r;
+		int nfds, cut;
 		ssize_t n;
 
 		pf[0].fd = z.ctl;
@@ -401,15 +401,10 @@ static NORETURN void serve(void)
 		pf[1].events = POLLIN;
 		pf[0].revents = pf[1].revents = 0;
 		npf = request_poll(&pf, &cap, 2);       /* the runs' sockets: B's requests */
-		r = poll(pf, (nfds_t)npf, request_spare() ? 0 : -1);
-		if (r < 0) {
+		if (poll(pf, (nfds_t)npf, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
-		}
-		if (r == 0) {
-			request_drop_spare();   /* nothing waits: an ended run's mount namespace goes */
-			continue;
 		}
 		request_polled(&z, pf, 2, npf);
 		/* Without S no run can start: once the last one is done, the host sees EOF and starts

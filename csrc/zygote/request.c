@@ -233,51 +233,18 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 	send3(z, "pid", id, num);
 }
 
-/* The mount namespaces of ended runs. A run's goes when its last process leaves it, which is
- * A, the last of the run to exit: the kernel then unmounts what B mounted and waits for an RCU
- * grace period before it frees the mounts (namespace_unlock), between A's exit and its parent's
- * SIGCHLD (A's exit to Z's SIGCHLD: 195 us median on the development VM, 86-93 us with the
- * namespace held elsewhere). Z holds the file of each run's namespace from C's fork on, so that
- * A exits without that wait and the run's end reaches the host sooner. Z lets one go each time
- * poll() finds nothing to do (request_drop_spare: Z then waits out that grace period itself, one
- * at a time), and the oldest at once when SPARE_MAX are held. What a held namespace keeps: the
- * run's tmpfs mounts and the files the program left in them, reachable by nobody (no process is
- * in the namespace, and no fd of it but Z's), until then: at most SPARE_MAX runs' worth. */
-#define SPARE_MAX 4
-static int spare[SPARE_MAX];
-static size_t nspare;
-
-static void spare_add(int fd)
-{
-	if (fd < 0)
-		return;
-	if (nspare == SPARE_MAX) {
-		close(spare[0]);
-		memmove(spare, spare + 1, (SPARE_MAX - 1) * sizeof spare[0]);
-		nspare--;
-	}
-	spare[nspare++] = fd;
-}
-
-int request_spare(void)
-{
-	return nspare > 0;
-}
-
-void request_drop_spare(void)
-{
-	if (nspare > 0) {
-		close(spare[0]);
-		memmove(spare, spare + 1, (nspare - 1) * sizeof spare[0]);
-		nspare--;
-	}
-}
-
+/* After the run's exit message (request_reap): Z holds each run's mount namespace from C's fork
+ * on (run_request), so that the namespace ends here, not in A's exit. A, the last of the run to
+ * exit, would free it, and the kernel waits for an RCU grace period before it frees the unmounted
+ * mounts (namespace_unlock): that wait came between A's exit and its parent's SIGCHLD (195 us
+ * median on the development VM, 86-93 us with the namespace held). Z now waits it out once the
+ * host has the run's end. */
 static void run_remove(struct run *r)
 {
 	if (r->sock >= 0)
 		close(r->sock);
-	spare_add(r->mntns);
+	if (r->mntns >= 0)
+		close(r->mntns);
 	*r = runs[--nruns];
 }
 
@@ -294,7 +261,8 @@ static struct run *find(pid_t pid)
 int request_reap(struct zygote *z)
 {
 	char num[16];
-	int st;
+	int st, ns[16];
+	size_t nns = 0;
 	pid_t pid;
 
 	while ((pid = waitpid(-1, &st, WNOHANG)) > 0 || (pid < 0 && errno == EINTR)) {
@@ -306,8 +274,15 @@ int request_reap(struct zygote *z)
 			continue;
 		snprintf(num, sizeof num, "%d", st);
 		send3(z, "exit", r->id, num);
+		/* every ended run's message before the first namespace's wait */
+		if (r->mntns >= 0 && nns < sizeof ns / sizeof ns[0]) {
+			ns[nns++] = r->mntns;
+			r->mntns = -1;
+		}
 		run_remove(r);
 	}
+	while (nns > 0)
+		close(ns[--nns]);
 	return pid < 0 && errno == ECHILD ? -1 : 0;
 }
 

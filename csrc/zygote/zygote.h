@@ -94,10 +94,6 @@ int request_idle(void);
 size_t request_poll(struct pollfd **pf, size_t *cap, size_t base);
 /* What poll() said of them: B's requests for its program. */
 void request_polled(struct zygote *z, const struct pollfd *pf, size_t base, size_t n);
-/* 1: mount namespaces of ended runs are held, to be let go while nothing else waits. */
-int request_spare(void);
-/* Lets the oldest go (the last reference: the kernel unmounts the run's mounts now). */
-void request_drop_spare(void);
 /* In Z, before forking a C: the plan's seccomp filter in seccomp.c's state (built once). */
 void request_filter(const struct zygote *z, const struct plan *p);
 
