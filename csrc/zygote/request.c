@@ -35,7 +35,7 @@
 struct run {
 	pid_t pid;              /* A */
 	int sock;               /* Z's end of the run's socket (B's request); -1: closed */
-	int mntns;              /* the run's mount namespace (see spare below); -1: none */
+	int mntns;              /* the run's mount namespace, held (see run_remove); -1: none */
 	uint64_t digest;        /* program_digest() of the request's ID and ARGS */
 	char id[24];
 };
@@ -237,7 +237,7 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
  * on (run_request), so that the namespace ends here, not in A's exit. A, the last of the run to
  * exit, would free it, and the kernel waits for an RCU grace period before it frees the unmounted
  * mounts (namespace_unlock): that wait came between A's exit and its parent's SIGCHLD (195 us
- * median on the development VM, 86-93 us with the namespace held). Z now waits it out once the
+ * median on the development VM, 86-110 us with the namespace held). Z now waits it out once the
  * host has the run's end. */
 static void run_remove(struct run *r)
 {
