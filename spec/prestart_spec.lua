@@ -76,6 +76,41 @@ describe("prestarted launches", function()
     assert.has_error(function() corral.prestart { policy = "no-such-policy" } end)
   end)
 
+  it("start after the run, on the loop's next turn, for a run that came after a pause, with prestart_after_pause", function()
+    corral.prestart_after_pause = true
+    finally(function() corral.prestart_after_pause = false end)
+    local function pause(s)
+      local f = false
+      local t = core.timer(s, function() f = true end)
+      while not f do core.run("once") end
+      t:close()
+    end
+    local slow = "import time\ntime.sleep(0.4)\nprint(1)"
+    run(slow)
+    pause(0.02)
+    -- the key's second run: none is started while it runs, one once it has ended
+    local res
+    assert(corral.start(slow, {}, function(r) res = r end))
+    pause(0.2)
+    assert.are.same({}, prestarted(), "a launch was started while the run after a pause ran")
+    while not res do core.run("once") end
+    core.run("nowait")
+    local idle = prestarted()
+    assert.are.equal(1, #idle)
+    pause(0.02)
+    local pid, r = run(slow)
+    assert.are.equal(idle[1], pid, "the run after the pause did not take the launch")
+    assert.are.equal("1\n", r.stdout)
+    -- back to back (no pause): the next is started while the run runs, as without the setting
+    res = nil
+    local p4 = assert(corral.start(slow, {}, function(x) res = x end))
+    pause(0.2)
+    local waiting = {}
+    for _, w in ipairs(prestarted()) do if w ~= p4:pid() then waiting[#waiting + 1] = w end end
+    assert.are.equal(1, #waiting, "a run right after another left its launch for later")
+    while not res do core.run("once") end
+  end)
+
   it("are not started for a policy table made per run, even at the address of a collected one", function()
     -- a key names its policy table by address, which a new table gets once the old one is
     -- collected: counted by that, every such run but the first would start a launch

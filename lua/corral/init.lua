@@ -22,6 +22,14 @@ M.warm_interpreters = true
 -- process has no next run to start ahead.
 M.prestart_launches = true
 
+--- true: a run that comes after a pause (none in flight, none ended in the last 5 ms) has the
+-- next launch started once it has ended, on the loop's next turn, rather than while it runs,
+-- where its set-up takes CPU from the run's own end. For a controller whose loop runs between
+-- runs: `corral serve` sets it. (A `run_python` caller's loop stands still between its calls:
+-- a launch started while the run runs is ready at the next call; one left for the next turn
+-- would only start then.)
+M.prestart_after_pause = false
+
 local SandboxError = { __name = "SandboxError" }
 SandboxError.__index = SandboxError
 SandboxError.__tostring = function(e) return "SandboxError(" .. e.kind .. "): " .. e.message end
@@ -155,6 +163,32 @@ local PRESTART_MAX, BACKOFF = 8, 8
 -- itself, a one-off policy made per run is never taken for a repeated one)
 local function new_seen() return setmetatable({}, { __mode = "k" }) end
 local prestarted = { list = {}, seen = new_seen(), nseen = 0 }
+
+-- M.prestart_after_pause: runs in flight, when the last one ended, and the launch a run that
+-- ended left for the loop's next turn ({ fill = fn, timer = core.timer }).
+local PAUSE = 0.005
+prestarted.inflight, prestarted.last_end = 0, -math.huge
+
+-- The launch left for the next turn: started now (run_now), or dropped.
+local function flush_deferred(run_now)
+  local d = prestarted.deferred
+  if not d then return end
+  prestarted.deferred = nil
+  d.timer:close()
+  if run_now then d.fill() end
+end
+
+local function defer_fill(fill)
+  flush_deferred(true)
+  local d = { fill = fill }
+  d.timer = core.timer(0, function()
+    if prestarted.deferred == d then
+      prestarted.deferred = nil
+      d.fill()
+    end
+  end)
+  prestarted.deferred = d
+end
 
 local function canon(v, depth)
   local t = type(v)
@@ -329,6 +363,7 @@ end
 --- Let go of the launches started ahead: each is killed, and cleaned up once the loop has seen
 -- its end. Returns their procs.
 function M.let_go_prestarted()
+  flush_deferred(false)
   local procs = {}
   for _, slot in ipairs(prestarted.list) do procs[#procs + 1] = slot.proc end
   for _, slot in ipairs({ table.unpack(prestarted.list) }) do let_go(slot, false) end
@@ -399,16 +434,28 @@ local function prestart_fill(p, has_nul, extra)
 end
 
 local function launch(what, code, opts, on_done, extra)
+  -- a launch the run before left for the next turn, not started yet: now, for this run to take
+  flush_deferred(true)
   local p, err, ecode = plan_of(what, code, opts, extra)
   if not p then return nil, err, ecode end
   local pol, o, host, key, use_zygote = p.pol, p.o, p.host, p.key, p.use_zygote
+  local paused = M.prestart_after_pause and prestarted.inflight == 0
+    and core.hrtime() - prestarted.last_end > PAUSE
+  local fill_at_end
+  local function ended(...)
+    prestarted.inflight = prestarted.inflight - 1
+    prestarted.last_end = core.hrtime()
+    on_done(...)
+    if fill_at_end then defer_fill(fill_at_end) end
+  end
   local proc
-  if key then proc = prestart_take(key, pol, o, host, code, on_done, extra) end
+  if key then proc = prestart_take(key, pol, o, host, code, ended, extra) end
   if not proc then
     local perr, pcode
-    proc, perr, pcode = start_cold(pol, o, host, code, on_done, extra, use_zygote)
+    proc, perr, pcode = start_cold(pol, o, host, code, ended, extra, use_zygote)
     if not proc then return nil, perr, pcode end
   end
+  prestarted.inflight = prestarted.inflight + 1
   if key then
     -- the next run's, started while this one runs
     local per = prestarted.seen[pol]
@@ -423,7 +470,14 @@ local function launch(what, code, opts, on_done, extra)
       prestarted.seen[pol] = per
     end
     per[key] = seen
-    if seen > 1 then prestart_fill(p, code:find("\0", 1, true) ~= nil, extra) end
+    if seen > 1 then
+      local has_nul = code:find("\0", 1, true) ~= nil
+      if paused then
+        fill_at_end = function() pcall(prestart_fill, p, has_nul, extra) end
+      else
+        prestart_fill(p, has_nul, extra)
+      end
+    end
   end
   return proc
 end

@@ -351,6 +351,8 @@ function M.start(config)
   end
   self:_event("listening", { address = self:address(), policy = self.policy.name,
     concurrency = self.concurrency, queue = self.queue_max, auth = self.token and "bearer" or "none" })
+  -- the loop runs between requests: after a pause, a run's next launch starts once it ended
+  corral.prestart_after_pause = true
   -- a warm policy: its interpreter starts now, with a first run, not with the first request
   if self.policy.warm and corral.warm_interpreters then
     pcall(corral.start, "pass", { policy = self.policy }, function(_, perr)
