@@ -109,6 +109,16 @@ describe("prestarted launches", function()
     for _, w in ipairs(prestarted()) do if w ~= p4:pid() then waiting[#waiting + 1] = w end end
     assert.are.equal(1, #waiting, "a run right after another left its launch for later")
     while not res do core.run("once") end
+    -- a run after a pause whose on_done lets go of the launches (a server that stops) leaves
+    -- none to start after it
+    assert(corral.release_prestarted())
+    run(slow)               -- (letting go forgot the key's runs: its first again)
+    pause(0.02)
+    res = nil
+    assert(corral.start(slow, {}, function(x) res = x corral.let_go_prestarted() end))
+    while not res do core.run("once") end
+    pause(0.02)
+    assert.are.same({}, prestarted(), "a launch was started after on_done let them go")
   end)
 
   it("are not started for a policy table made per run, even at the address of a collected one", function()

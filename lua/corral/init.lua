@@ -167,7 +167,7 @@ local prestarted = { list = {}, seen = new_seen(), nseen = 0 }
 -- M.prestart_after_pause: runs in flight, when the last one ended, and the launch a run that
 -- ended left for the loop's next turn ({ fill = fn, timer = core.timer }).
 local PAUSE = 0.005
-prestarted.inflight, prestarted.last_end = 0, -math.huge
+prestarted.inflight, prestarted.last_end, prestarted.epoch = 0, -math.huge, 0
 
 -- The launch left for the next turn: started now (run_now), or dropped.
 local function flush_deferred(run_now)
@@ -364,6 +364,7 @@ end
 -- its end. Returns their procs.
 function M.let_go_prestarted()
   flush_deferred(false)
+  prestarted.epoch = prestarted.epoch + 1
   local procs = {}
   for _, slot in ipairs(prestarted.list) do procs[#procs + 1] = slot.proc end
   for _, slot in ipairs({ table.unpack(prestarted.list) }) do let_go(slot, false) end
@@ -445,8 +446,10 @@ local function launch(what, code, opts, on_done, extra)
   local function ended(...)
     prestarted.inflight = prestarted.inflight - 1
     prestarted.last_end = core.hrtime()
+    local epoch = prestarted.epoch
     on_done(...)
-    if fill_at_end then defer_fill(fill_at_end) end
+    -- (not when on_done let go of the launches started ahead: a server that stops)
+    if fill_at_end and prestarted.epoch == epoch then defer_fill(fill_at_end) end
   end
   local proc
   if key then proc = prestart_take(key, pol, o, host, code, ended, extra) end
