@@ -641,6 +641,29 @@ time.sleep(0.2)
     assert.are.equal(0, int(out.exit.status))
   end)
 
+  it("runs a program as the child of its run's own init, corral-init; a run with a cgroup by its spawner", function()
+    local code = "import os\nprint(os.getpid(), os.getppid(), open('/proc/1/comm').read().strip())"
+    local p1, p2 = Z.plan(code), Z.plan(code)
+    -- a run cgroup (here one that cannot be used: refused, and the budgets polled) goes by S
+    local args = {}
+    for _, a in ipairs(p2.args) do
+      if a == "--" then args[#args + 1] = "--cgroup"; args[#args + 1] = "/nonexistent/corral-spec" end
+      args[#args + 1] = a
+    end
+    local out = Z.drive({ { op = "ready" }, Z.run_step(1, p1.args), { op = "wait" },
+      Z.run_step(2, args), { op = "wait" }, { op = "close" } }, zargs())
+    p1.close()
+    p2.close()
+    -- direct: the zygote cloned the init into the run's namespaces, which forked the program
+    -- (pid 2) from the zygote's memory and became corral-init
+    assert.are.equal("2 1 corral-init\n", out.runs["1"].stdout, out.runs["1"].stderr)
+    assert.are.equal("exit 0", how(out.runs["1"].status))
+    assert.is_truthy(out.runs["1"].report:find("applied pid-namespace", 1, true))
+    -- by S, A and B: the program is pid 3 (the helper that forked it took 2), under B, a copy of S
+    assert.are.equal("3 1 corral-spawner\n", out.runs["2"].stdout, out.runs["2"].stderr)
+    assert.is_truthy(out.runs["2"].report:find("refused cgroup", 1, true), out.runs["2"].report)
+  end)
+
   it("starts each run from a spawner that maps nothing of libpython", function()
     local p1, p2 = Z.plan("print('one')"), Z.plan("print('two')")
     local out = Z.drive({ { op = "ready" }, Z.run_step(1, p1.args), { op = "wait" }, { op = "maps" },

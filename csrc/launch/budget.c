@@ -104,6 +104,13 @@ static struct {
 	.cg_peak = -1, .cg_kill = -1,
 };
 
+void budget_state_reset(void)
+{
+	memset(&bud, 0, sizeof bud);
+	bud.cg_parent = bud.cg_dir = bud.cg_procs = bud.cg_cpu = bud.cg_events = -1;
+	bud.cg_peak = bud.cg_kill = -1;
+}
+
 static void close_fd(int *fd)
 {
 	if (*fd >= 0)

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -417,4 +418,11 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 		L->run_program(L, errfd);       /* corral-zygote: the warm interpreter runs it */
 	execve(p->program, p->args, p->env);
 	die(errfd, W_EXEC, errno);
+}
+
+void child_state_reset(void)
+{
+	memset(&prepared, 0, sizeof prepared);
+	prepared.ll.fd = -1;
+	memset(&sigs, 0, sizeof sigs);
 }

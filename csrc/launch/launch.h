@@ -109,6 +109,15 @@ struct launch {
 	/* corral-zygote: what B does for start_program ahead of the run (before --prestart's
 	 * wait); NULL: nothing */
 	void (*prepare_program)(struct launch *L);
+	/* corral-zygote's direct run (csrc/zygote/direct.c): this process was cloned by the zygote
+	 * into the run's new PID, mount and IPC namespaces (and a user namespace without root),
+	 * sharing its memory until an execve: it is the namespaces' init. ns_apply() reports them
+	 * as made; supervise_run() makes B's mounts, forks C itself (run_program) and execs
+	 * corral-init (direct_init, an fd) to wait for the run, which writes C's outcome on
+	 * direct_out. */
+	int direct;
+	int direct_init;
+	int direct_out;
 };
 
 /* ---- report.c: every function here is async-signal-safe ---- */
@@ -153,6 +162,14 @@ const char *what_step(enum what w);             /* the STEP of a fatal line */
 /* The steps of one run after the command line (run.c): sets L->plan and exits as the program did.
  * The caller zeroes L and sets its parent, shared, seccomp_ready and run_program. */
 NORETURN void launch_run(struct launch *L, struct plan *plan);
+/* corral-zygote's direct run: the state the launcher's files keep for one run (child.c, budget.c,
+ * mounts.c, report.c) back to a fresh process's, in a process that shares the zygote's memory
+ * with earlier runs. */
+void launch_state_reset(void);
+void child_state_reset(void);
+void budget_state_reset(void);
+void mounts_state_reset(void);
+void report_state_reset(void);
 /* close_range(from, to) (to -1: no end), with a /proc/self/fd loop before Linux 5.9. */
 void close_fds(int from, int to);
 
@@ -254,6 +271,30 @@ struct outcome {
 	int kind;
 	int value;              /* exit code or signal number */
 };
+
+/* ---- reap.c: the program C, seen from the process that waits for it ---- */
+
+struct prog {
+	pid_t pid;              /* fork()'s value (namespace-local under B) */
+	pid_t shown;            /* as /proc names it, from MSG_PID */
+	int errfd;              /* read end of C's close-on-exec pipe; -1 after EOF */
+	int have_fatal;
+	int fatal_what;
+	int fatal_err;
+	int reaped;
+	int wstatus;
+};
+
+/* One read of C's pipe (blocks when nothing is there); at EOF, C's pid line unless a fatal one
+ * came. */
+void prog_read(struct prog *c);
+/* C is gone (or was killed): the fatal line, or status, usage and total; the outcome to mirror. */
+void prog_finish(struct prog *c, struct outcome *out);
+int reap_one(struct prog *c);           /* 1 reaped a child, 0 none ready, -1 no child left */
+/* The init of C's PID namespace: reaps every process until C; 1 when asked to end the run (a
+ * stop signal from outside the namespace, or over a budget), 0 when C has ended. */
+int init_wait(struct prog *c);
+void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace */
 
 int supervise_prepare(struct launch *L);        /* signals; 0 or -1 after a fatal line */
 void supervise_run(struct launch *L, struct outcome *out);

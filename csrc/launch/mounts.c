@@ -43,6 +43,12 @@ void mounts_refuse(const struct plan *p, int err, const char *why)
 static unsigned char tmpfs_made[PLAN_MOUNTS_MAX];
 static int proc_made;
 
+void mounts_state_reset(void)
+{
+	memset(tmpfs_made, 0, sizeof tmpfs_made);
+	proc_made = 0;
+}
+
 int mounts_proc_made(void)
 {
 	return proc_made;

@@ -666,13 +666,14 @@ int ns_apply(struct launch *L)
 	 * that RLIMIT_NPROC counts the run's processes alone, not the zygote's nor other runs'
 	 * (refused: they share the count). */
 	if (((s && s->userns) || (!s && net_shared && L->userns)) && (all.flags & CLONE_NEWPID) &&
-	    unshare(CLONE_NEWUSER) == 0 && write_own_maps(L) != 0) {
+	    (L->direct || unshare(CLONE_NEWUSER) == 0) && write_own_maps(L) != 0) {
 		report_fatal(W_IDMAP, errno, NULL);
 		return -1;
 	}
 
 	if (all.flags) {
-		r = try_unshare(L, &all);
+		/* a direct run: the clone that started us made them (and the user namespace) */
+		r = L->direct ? 0 : try_unshare(L, &all);
 		if (r < 0)
 			return -1;
 		if (r == 0) {

@@ -31,6 +31,12 @@ void report_set_fd(int fd)
 	report_fd = fd;
 }
 
+void report_state_reset(void)
+{
+	report_fd = -1;
+	pending.len = 0;
+}
+
 int report_get_fd(void)
 {
 	return report_fd;

@@ -70,6 +70,14 @@ static int step_die_with_parent(const struct launch *L)
 	return 0;
 }
 
+void launch_state_reset(void)
+{
+	child_state_reset();
+	budget_state_reset();
+	mounts_state_reset();
+	report_state_reset();
+}
+
 NORETURN void launch_run(struct launch *L, struct plan *plan)
 {
 	struct outcome out;

@@ -28,6 +28,7 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,19 +94,6 @@ static void null_stdio(void)
 	if (nfd > 2 && nfd != rfd)
 		close(nfd);
 }
-
-/* ---- the program C, seen from its parent (A or B) ---- */
-
-struct prog {
-	pid_t pid;              /* fork()'s value (namespace-local under B) */
-	pid_t shown;            /* as /proc names it, from MSG_PID */
-	int errfd;              /* read end of C's close-on-exec pipe; -1 after EOF */
-	int have_fatal;
-	int fatal_what;
-	int fatal_err;
-	int reaped;
-	int wstatus;
-};
 
 /* C is started as posix_spawn() does: clone(CLONE_VM | CLONE_VFORK) on a stack of its own. It
  * runs in our memory, without a copy of it, until its execve() (or _exit), and we wait meanwhile:
@@ -192,87 +180,6 @@ static int prog_start(struct launch *L, struct prog *c)
 	return 0;
 }
 
-/* One read of C's pipe (blocks if nothing is there). At EOF, execve has worked (or C died):
- * report its pid unless a fatal message came. */
-static void prog_read(struct prog *c)
-{
-	struct child_msg m;
-	ssize_t n = read(c->errfd, &m, sizeof m);
-
-	if (n < 0 && errno == EINTR)
-		return;
-	if (n == (ssize_t)sizeof m) {
-		if (m.kind == MSG_PID && m.value > 0) {
-			c->shown = m.value;
-		} else if (m.kind == MSG_FATAL && !c->have_fatal) {
-			c->have_fatal = 1;
-			c->fatal_what = m.what;
-			c->fatal_err = m.value;
-		}
-		return;
-	}
-	close(c->errfd);
-	c->errfd = -1;
-	if (!c->have_fatal)
-		report_pid(c->shown);
-}
-
-/* C is gone (or being killed): the fatal line, or status and usage; and what A must do. */
-static void prog_finish(struct prog *c, struct outcome *out)
-{
-	struct rusage ru;
-	int st = c->reaped ? c->wstatus : SIGKILL;  /* never reaped: it died with the tree */
-
-	budget_finish();
-	if (c->have_fatal) {
-		int w = c->fatal_what;
-
-		report_fatal((enum what)w, c->fatal_err, NULL);
-		out->kind = OUTCOME_EXIT;
-		if (w == W_EXEC)
-			out->value = c->fatal_err == ENOENT ? EXIT_NOENT : EXIT_EXEC;
-		else
-			out->value = EXIT_SETUP;
-		return;
-	}
-	report_status(st);
-	if (getrusage(RUSAGE_CHILDREN, &ru) == 0) {
-		report_usage(&ru);
-		budget_report_total(&ru);
-	}
-	if (WIFSIGNALED(st)) {
-		out->kind = OUTCOME_SIGNAL;
-		out->value = WTERMSIG(st);
-	} else {
-		out->kind = OUTCOME_EXIT;
-		out->value = WEXITSTATUS(st);
-	}
-}
-
-/* One waitpid(-1, WNOHANG): 1 reaped a child, 0 none ready, -1 no child left. */
-static int reap_one(struct prog *c)
-{
-	int st;
-	pid_t r = waitpid(-1, &st, WNOHANG);
-
-	if (r > 0 && WIFSTOPPED(st)) {
-		/* A child that called PTRACE_TRACEME made us its tracer: each signal it gets stops
-		 * it and is reported here. Let it go, with the signal it was stopped by. */
-		ptrace(PTRACE_DETACH, r, NULL, (void *)(long)WSTOPSIG(st));
-		return 1;
-	}
-	if (r > 0) {
-		if (r == c->pid && !c->reaped) {
-			c->reaped = 1;
-			c->wstatus = st;
-		}
-		return 1;
-	}
-	if (r == 0 || errno == EINTR)
-		return 0;
-	return -1;
-}
-
 /* ---- PID namespace: the init B ---- */
 
 /* B's parent A is outside the namespace (getppid() is 0): A's death shows as POLLERR on the
@@ -282,63 +189,6 @@ static int launcher_gone(int outfd)
 	struct pollfd p = { outfd, POLLOUT, 0 };
 
 	return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP));
-}
-
-/* B waits with sigwaitinfo() on SIGCHLD and the stop signals, which stay blocked (inherited
- * from A), so no wakeup is lost. A stop signal counts only from outside the namespace (si_pid 0):
- * the program may not end its own supervision. With a budget, the wait ends at each tick, and a
- * run over budget is ended as on a stop signal. */
-static int init_wait(struct prog *c)
-{
-	sigset_t set;
-	siginfo_t si;
-	int ms;
-
-	sigemptyset(&set);
-	sigaddset(&set, SIGCHLD);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	for (;;) {
-		/* Every process of the namespace is re-parented to us: reap them all, until C. */
-		while (reap_one(c) > 0)
-			;
-		if (c->reaped)
-			return 0;
-		if (budget_check())
-			return 1;
-		report_flush();
-		ms = budget_wait_ms();
-		if (ms >= 0) {
-			struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-			if (sigtimedwait(&set, &si, &ts) < 0)
-				continue;       /* EAGAIN: the tick; EINTR */
-		} else if (sigwaitinfo(&set, &si) < 0) {
-			continue;       /* EINTR */
-		}
-		if (si.si_signo != SIGCHLD && si.si_pid == 0)
-			return 1;
-	}
-}
-
-/* A asked to end the run: kill everything in the namespace (atomic against forks) and reap it
- * all, so the usage counts it. */
-static void init_kill_all(struct prog *c)
-{
-	int st;
-	pid_t r;
-
-	kill(-1, SIGKILL);
-	while ((r = waitpid(-1, &st, 0)) > 0 || errno == EINTR) {
-		if (r == c->pid && !c->reaped && !WIFSTOPPED(st)) {  /* a tracee's stop: SIGKILL
-									 * follows */
-			c->reaped = 1;
-			c->wstatus = st;
-		}
-	}
-	while (c->errfd >= 0)
-		prog_read(c);   /* C is dead: does not block */
 }
 
 /* --prestart: the host started this launch ahead of its run, and writes one byte on the report
@@ -552,8 +402,65 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 	prog_finish(&c, out);
 }
 
+/* ---- corral-zygote's direct run: we are the init, then corral-init ---- */
+
+struct argv_num {
+	char *v[20];
+	char num[9][24];
+	int n, k;
+};
+
+static void arg_num(struct argv_num *a, const char *name, unsigned long long v)
+{
+	snprintf(a->num[a->k], sizeof a->num[0], "%llu", v);
+	a->v[a->n++] = (char *)name;
+	a->v[a->n++] = a->num[a->k++];
+}
+
+/* The zygote cloned us into the run's namespaces, sharing its memory, and waits for our execve
+ * (CLONE_VFORK): B's mounts and the Landlock ruleset here, then C, forked from that memory (a
+ * copy of the warm interpreter: run_program), then corral-init, the namespace's init from there
+ * on (reap.c). C waits for --prestart's byte itself: the zygote must not wait on a run. */
+static NORETURN void run_direct(struct launch *L)
+{
+	const struct plan *p = L->plan;
+	struct prog c;
+	struct argv_num a;
+	char *envp[1] = { NULL };
+
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	if (mounts_apply(L) == 0) {
+		child_prepare(L);
+		if (prog_start(L, &c) == 0) {
+			null_stdio();
+			memset(&a, 0, sizeof a);
+			a.v[a.n++] = "corral-init";
+			arg_num(&a, "--pid", (unsigned long long)c.pid);
+			arg_num(&a, "--pipe", (unsigned long long)c.errfd);
+			arg_num(&a, "--out", (unsigned long long)L->direct_out);
+			arg_num(&a, "--report-fd", (unsigned long long)p->report_fd);
+			if (p->budget_cpu_ms)
+				arg_num(&a, "--budget-cpu-ms", p->budget_cpu_ms);
+			if (p->budget_memory_kb)
+				arg_num(&a, "--budget-memory-kb", p->budget_memory_kb);
+			if (p->budget_poll_ms)
+				arg_num(&a, "--budget-poll-ms", p->budget_poll_ms);
+			a.v[a.n] = NULL;
+			fcntl(c.errfd, F_SETFD, 0);
+			fcntl(L->direct_out, F_SETFD, 0);
+			report_flush();
+			syscall(SYS_execveat, L->direct_init, "", a.v, envp, AT_EMPTY_PATH);
+			report_fatal(W_WARM, errno, "corral-init");
+		}
+	}
+	report_flush();
+	_exit(EXIT_SETUP);      /* we are the init: the kernel kills what is left */
+}
+
 void supervise_run(struct launch *L, struct outcome *out)
 {
+	if (L->direct)
+		run_direct(L);
 	if (L->pidns)
 		run_pidns(L, out);
 	else

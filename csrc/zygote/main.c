@@ -295,6 +295,23 @@ static void step_spawner(void)
 		failed("cannot draw the key that checks the runs' requests (getrandom)");
 }
 
+/* 6c. corral-init, next to our executable, for the direct runs (direct.c); without it every run
+ * goes by S. */
+static void step_init(void)
+{
+	char self[4096], *slash;
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+
+	if (n <= 0)
+		return;
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+	direct_open(self);
+}
+
 /* 7. (python.c) The interpreter, the preloaded modules. */
 static void step_python(struct strv *lines)
 {
@@ -332,7 +349,7 @@ static void step_check_inherited(void)
 	while (d && (e = readdir(d)) != NULL) {
 		fd = atoi(e->d_name);
 		if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd <= 2 || fd == z.ctl ||
-		    fd == z.spawner || fd == z.pidns || fd == dirfd(d))
+		    fd == z.spawner || fd == z.pidns || fd == direct_fd() || fd == dirfd(d))
 			continue;
 		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
 		n = readlink(path, target, sizeof target - 1);
@@ -475,6 +492,7 @@ int main(int argc, char **argv)
 	signals_reset();                 /* 5. default dispositions */
 	step_namespaces(&lines);        /* 6. network (and user) namespace (ns.c) */
 	step_spawner();                 /* 6b. S, which starts the runs' A (spawner.c) */
+	step_init();                    /* 6c. corral-init, for the direct runs (direct.c) */
 	step_python(&lines);            /* 7. the interpreter (python.c) */
 	step_check_inherited();         /* 8. one thread, no extra fd */
 	step_signals_read();            /* 9. SIGCHLD, and the ones that end the zygote */

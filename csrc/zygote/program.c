@@ -230,9 +230,10 @@ static void await_init(const int *sync)
 	close(sync[0]);
 }
 
-/* The kernel drops the rseq registration of a CLONE_VM child (I), and C inherits I's: glibc,
- * which registered it in Z, would read a stale CPU number forever (sched_getcpu). Again. */
-static void rseq_again(void)
+/* The kernel drops the rseq registration of a CLONE_VM child (I, or a direct run's P), and C
+ * inherits it: glibc, which registered it in Z, would read a stale CPU number forever
+ * (sched_getcpu). Again. */
+void program_rseq_again(void)
 {
 #ifdef RSEQ_SIG
 	if (__rseq_size > 0) {
@@ -252,7 +253,7 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
 	size_t i;
 
 	await_init(sync);
-	rseq_again();
+	program_rseq_again();
 	/* The rest of B's namespaces (the PID one is ours since the fork), the user namespace
 	 * first: it gives the capabilities the others ask for. */
 	for (i = 0; i < NNS; i++) {

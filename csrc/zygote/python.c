@@ -1337,6 +1337,8 @@ NORETURN void py_run_program(const struct launch *L, int errfd)
 	struct result res = { 0, 0 };
 	int s, ready;
 
+	if (L->direct)
+		program_rseq_again();   /* P, our parent, shared the zygote's memory */
 	/* The process as execve() would leave it (exec.c); a failure is the launcher's exec one. */
 	if (exec_like(p) != 0)
 		child_die(errfd, W_EXEC, errno);

@@ -36,6 +36,7 @@ struct run {
 	pid_t pid;              /* A */
 	int sock;               /* Z's end of the run's socket (B's request); -1: closed */
 	int mntns;              /* the run's mount namespace, held (see run_remove); -1: none */
+	int outr;               /* a direct run (direct.c): its outcome pipe; -1: not direct */
 	uint64_t digest;        /* program_digest() of the request's ID and ARGS */
 	char id[24];
 };
@@ -58,6 +59,7 @@ static int runs_add(pid_t pid, const char *id, int sock, uint64_t digest)
 	runs[nruns].pid = pid;
 	runs[nruns].sock = sock;
 	runs[nruns].mntns = -1;
+	runs[nruns].outr = -1;
 	runs[nruns].digest = digest;
 	snprintf(runs[nruns].id, sizeof runs[nruns].id, "%s", id);
 	nruns++;
@@ -166,7 +168,7 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 	char perr[256], num[24];
 	const char *id = "0", *why = NULL;
 	size_t nf = 0, off = 0;
-	int i, err, sv[2];
+	int i, err, sv[2], outr, mntns;
 	pid_t pid;
 
 	/* Split into fields: the last one must end the message. */
@@ -197,6 +199,26 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		send3(z, "error", id, why);
 		for (i = 0; i < nfds; i++)
 			close(fds[i]);
+		return;
+	}
+
+	/* Directly (direct.c), when the run allows it. */
+	pid = direct_start(z, msg, len, fds, &outr, &mntns);
+	if (pid > 0) {
+		for (i = 0; i < nfds; i++)
+			close(fds[i]);
+		if (runs_add(pid, id, -1, 0) != 0) {
+			kill(pid, SIGKILL);
+			close(outr);
+			if (mntns >= 0)
+				close(mntns);
+			send3(z, "error", id, "out of memory");
+			return;
+		}
+		runs[nruns - 1].outr = outr;
+		runs[nruns - 1].mntns = mntns;
+		snprintf(num, sizeof num, "%d", (int)pid);
+		send3(z, "pid", id, num);
 		return;
 	}
 
@@ -245,6 +267,8 @@ static void run_remove(struct run *r)
 		close(r->sock);
 	if (r->mntns >= 0)
 		close(r->mntns);
+	if (r->outr >= 0)
+		close(r->outr);
 	*r = runs[--nruns];
 }
 
@@ -272,6 +296,8 @@ int request_reap(struct zygote *z)
 			z->broken = 1;
 		if (!r)
 			continue;
+		if (r->outr >= 0)
+			st = direct_status(r->outr, st);
 		snprintf(num, sizeof num, "%d", st);
 		send3(z, "exit", r->id, num);
 		/* every ended run's message before the first namespace's wait */

@@ -64,6 +64,21 @@ struct strv {
 int strv_add(struct strv *s, const char *str);          /* a copy; 0, or -1: out of memory */
 void strv_free(struct strv *s);
 
+/* ---- direct.c: a run without S, A and B ---- */
+
+/* At start-up: corral-init, next to the zygote's executable (O_PATH); -1 when it is not there
+ * (every run then goes by S). */
+int direct_open(const char *self_dir);
+int direct_fd(void);
+/* A run request's message (run\0ID\0ARGS...) and its 4 fds, started directly: P's pid (the
+ * run's), the read end of its outcome pipe and its mount namespace (or -1). -1 with errno
+ * ENOTSUP: this run goes by S. */
+pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds, int *outr,
+		   int *mntns);
+int direct_status(int outr, int wstatus);       /* the run's status once P is reaped */
+/* In C: the rseq registration again (dropped by the kernel for a CLONE_VM parent). */
+void program_rseq_again(void);
+
 /* ---- control.c ---- */
 
 /* Sends one message of n NUL-terminated fields; queued when the socket is full (sent by

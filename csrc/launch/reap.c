@@ -1,0 +1,156 @@
+/* reap.c: the program C seen from the process that waits for it (A, B or corral-init): its pipe,
+ * its reaping, the wait of a PID namespace's init, and C's end in the report.
+ *
+ * corral-init, the small init corral-zygote's direct launches exec into once C is forked, is
+ * built from this file, report.c, budget.c and sweep.c alone: nothing here may need more.
+ */
+#include "launch.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* One read of C's pipe (blocks if nothing is there). At EOF, execve has worked (or C died):
+ * report its pid unless a fatal message came. */
+void prog_read(struct prog *c)
+{
+	struct child_msg m;
+	ssize_t n = read(c->errfd, &m, sizeof m);
+
+	if (n < 0 && errno == EINTR)
+		return;
+	if (n == (ssize_t)sizeof m) {
+		if (m.kind == MSG_PID && m.value > 0) {
+			c->shown = m.value;
+		} else if (m.kind == MSG_FATAL && !c->have_fatal) {
+			c->have_fatal = 1;
+			c->fatal_what = m.what;
+			c->fatal_err = m.value;
+		}
+		return;
+	}
+	close(c->errfd);
+	c->errfd = -1;
+	if (!c->have_fatal)
+		report_pid(c->shown);
+}
+
+/* C is gone (or being killed): the fatal line, or status and usage; and what A must do. */
+void prog_finish(struct prog *c, struct outcome *out)
+{
+	struct rusage ru;
+	int st = c->reaped ? c->wstatus : SIGKILL;  /* never reaped: it died with the tree */
+
+	budget_finish();
+	if (c->have_fatal) {
+		int w = c->fatal_what;
+
+		report_fatal((enum what)w, c->fatal_err, NULL);
+		out->kind = OUTCOME_EXIT;
+		if (w == W_EXEC)
+			out->value = c->fatal_err == ENOENT ? EXIT_NOENT : EXIT_EXEC;
+		else
+			out->value = EXIT_SETUP;
+		return;
+	}
+	report_status(st);
+	if (getrusage(RUSAGE_CHILDREN, &ru) == 0) {
+		report_usage(&ru);
+		budget_report_total(&ru);
+	}
+	if (WIFSIGNALED(st)) {
+		out->kind = OUTCOME_SIGNAL;
+		out->value = WTERMSIG(st);
+	} else {
+		out->kind = OUTCOME_EXIT;
+		out->value = WEXITSTATUS(st);
+	}
+}
+
+/* One waitpid(-1, WNOHANG): 1 reaped a child, 0 none ready, -1 no child left. */
+int reap_one(struct prog *c)
+{
+	int st;
+	pid_t r = waitpid(-1, &st, WNOHANG);
+
+	if (r > 0 && WIFSTOPPED(st)) {
+		/* A child that called PTRACE_TRACEME made us its tracer: each signal it gets stops
+		 * it and is reported here. Let it go, with the signal it was stopped by. */
+		ptrace(PTRACE_DETACH, r, NULL, (void *)(long)WSTOPSIG(st));
+		return 1;
+	}
+	if (r > 0) {
+		if (r == c->pid && !c->reaped) {
+			c->reaped = 1;
+			c->wstatus = st;
+		}
+		return 1;
+	}
+	if (r == 0 || errno == EINTR)
+		return 0;
+	return -1;
+}
+
+
+/* B waits with sigwaitinfo() on SIGCHLD and the stop signals, which stay blocked (inherited
+ * from A), so no wakeup is lost. A stop signal counts only from outside the namespace (si_pid 0):
+ * the program may not end its own supervision. With a budget, the wait ends at each tick, and a
+ * run over budget is ended as on a stop signal. */
+int init_wait(struct prog *c)
+{
+	sigset_t set;
+	siginfo_t si;
+	int ms;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	for (;;) {
+		/* Every process of the namespace is re-parented to us: reap them all, until C. */
+		while (reap_one(c) > 0)
+			;
+		if (c->reaped)
+			return 0;
+		if (budget_check())
+			return 1;
+		report_flush();
+		ms = budget_wait_ms();
+		if (ms >= 0) {
+			struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+			if (sigtimedwait(&set, &si, &ts) < 0)
+				continue;       /* EAGAIN: the tick; EINTR */
+		} else if (sigwaitinfo(&set, &si) < 0) {
+			continue;       /* EINTR */
+		}
+		if (si.si_signo != SIGCHLD && si.si_pid == 0)
+			return 1;
+	}
+}
+
+/* A asked to end the run: kill everything in the namespace (atomic against forks) and reap it
+ * all, so the usage counts it. */
+void init_kill_all(struct prog *c)
+{
+	int st;
+	pid_t r;
+
+	kill(-1, SIGKILL);
+	while ((r = waitpid(-1, &st, 0)) > 0 || errno == EINTR) {
+		if (r == c->pid && !c->reaped && !WIFSTOPPED(st)) {  /* a tracee's stop: SIGKILL
+									 * follows */
+			c->reaped = 1;
+			c->wstatus = st;
+		}
+	}
+	while (c->errfd >= 0)
+		prog_read(c);   /* C is dead: does not block */
+}
+
