@@ -64,7 +64,8 @@ ZYGOTE_HDR := $(LAUNCH_HDR) $(wildcard csrc/zygote/*.h)
 # corral-init, the init a direct warm run execs into (csrc/init/main.c): every warm run starts
 # it, so it is small and static; against musl libc (musl-tools) its execve and exit take about
 # 90 us on the development VM, against a static glibc's 350. Without musl-gcc: $(CC), static.
-INIT_SRC := csrc/init/main.c csrc/launch/reap.c csrc/launch/report.c csrc/launch/budget.c \
+INIT_SRC := csrc/init/main.c csrc/launch/steps.c csrc/launch/ns.c csrc/launch/mounts.c \
+	csrc/launch/plan.c csrc/launch/reap.c csrc/launch/report.c csrc/launch/budget.c \
 	csrc/launch/sweep.c
 MUSL_CC  ?= $(shell command -v musl-gcc 2>/dev/null)
 INIT_CC  := $(or $(MUSL_CC),$(CC))

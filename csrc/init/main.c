@@ -1,23 +1,30 @@
-/* corral-init: the init of a direct warm run's PID namespace, from the program's fork to the
- * run's end.
+/* corral-init: the init of a direct warm run's PID namespace.
  *
- *   corral-init --pid PID --pipe FD --out FD --report-fd FD
- *               [--budget-cpu-ms N] [--budget-memory-kb N] [--budget-poll-ms N]
+ *   corral-init --pid PID [--fork-errno E] --pipe FD --out FD --go FD
+ *               --shared USERNS,NET,NET_ERR,NET_USER_ERR,EUID,EGID --plan ID ARGS...
  *
- * corral-zygote starts a direct run (csrc/zygote/direct.c) in a process P cloned into the run's
- * new namespaces that shares the zygote's memory: P takes the launcher's steps, makes the init's
- * mounts, forks the program C from that memory (a copy of the warm interpreter) and then execs
- * this, which lets the zygote go on. From here it is the launcher's init B after B started C
- * (reap.c): C's pipe (FD: its pid line or its fatal line), every process of the namespace reaped
- * until C, the budgets polled, the stop signals from outside the namespace obeyed, the rest of
- * the namespace killed, C's status and the run's usage reported. Then the outcome (struct
- * outcome: C's exit code or signal) goes to the zygote on --out, because an init cannot end by a
- * signal of its own to mirror C's, and the exit ends the namespace.
+ * corral-zygote starts a direct run (csrc/zygote/direct.c) in a process P that it clones into the
+ * run's new namespaces and that shares its memory: P forks the program C from that memory (a
+ * copy of the warm interpreter), and execs this, which lets the zygote go on. This is then the
+ * launcher's A and B for the run, in one process, pid 1 of the run's PID namespace:
  *
- * It is started on every warm run: built from reap.c, report.c, budget.c and sweep.c alone,
- * statically, against musl libc where musl-gcc is installed, its execve and exit cost about a
- * tenth of a static glibc program's. Bad arguments: a line on stderr and exit 125 (EXIT_SETUP),
- * nothing on --out: the zygote then reports the exit status.
+ *   1. the report's header and the launcher's steps (steps.c): session, die-with-parent, the
+ *      budgets, the namespaces the clone made, reported as A reports them (ns.c, with --shared:
+ *      what the zygote made once, as struct ns_shared), and the user namespace's maps;
+ *   2. B's mounts (mounts.c); their state goes to C on --go, which waits for it before its own
+ *      steps (C's end of that pipe sees EOF when a step here failed: C exits, nothing runs);
+ *   3. what B does once C is started (reap.c): C's pipe (--pipe: its pid line or its fatal
+ *      line), every process of the namespace reaped until C, the budgets polled, the stop
+ *      signals from outside the namespace obeyed, the rest killed when asked or with a budget,
+ *      C's status and the run's usage reported;
+ *   4. C's outcome (struct outcome: exit code or signal) on --out for the zygote, which reports
+ *      it as the run's status (an init cannot end by a signal of its own, as A mirrors C's),
+ *      and the exit, which ends the namespace.
+ *
+ * ARGS are the launcher's arguments for the run (the request's), ID the request's. It runs on
+ * every warm run: built from the few launcher files it needs, statically, against musl libc
+ * where musl-gcc is installed, so that its execve and exit are cheap. Bad arguments: a line on
+ * stderr (/dev/null, started by the zygote) and exit 125, nothing on --out.
  */
 #include "../launch/launch.h"
 
@@ -27,7 +34,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#endif
+
+/* ns.c asks it only for a run joined to a --net-join holder, which a direct run is not; landlock.c
+ * (the program's, with the kernel's headers) is not built in. */
+int landlock_abi(void)
+{
+	long r = syscall(SYS_landlock_create_ruleset, NULL, 0UL, 1U);  /* ..._VERSION */
+
+	return r >= 0 ? (int)r : -errno;
+}
 
 static int number(const char *s, unsigned long long max, unsigned long long *out)
 {
@@ -40,49 +61,68 @@ static int number(const char *s, unsigned long long max, unsigned long long *out
 	return errno || *end || *out > max ? -1 : 0;
 }
 
+static NORETURN void usage(const char *why)
+{
+	fprintf(stderr, "corral-init: %s (it is started by corral-zygote for a direct run)\n", why);
+	_exit(EXIT_SETUP);
+}
+
 int main(int argc, char **argv)
 {
-	unsigned long long pid = 0, pipefd = 0, out = 0, rfd = 0, v;
-	int have = 0, i;
+	unsigned long long pid = 0, pipefd = 0, out = 0, go = 0, forkerr = 0, v;
+	int have = 0, i, sh[4];
+	unsigned euid, egid;
+	struct ns_shared shared;
 	struct plan plan;
 	struct launch L;
 	struct prog c;
 	struct outcome o = { OUTCOME_EXIT, EXIT_SETUP };
+	char perr[256], mounts[PLAN_MOUNTS_MAX + 2];
 	sigset_t set;
 	ssize_t n;
 
-	memset(&plan, 0, sizeof plan);
-	for (i = 1; i + 1 < argc; i += 2) {
+	memset(&shared, 0, sizeof shared);
+	for (i = 1; i + 1 < argc && strcmp(argv[i], "--plan") != 0; i += 2) {
 		const char *k = argv[i];
 
-		if (number(argv[i + 1], 1ULL << 40, &v) != 0)
-			break;
-		if (strcmp(k, "--pid") == 0 && v > 0 && v <= 0x7fffffff)
-			pid = v, have |= 1;
-		else if (strcmp(k, "--pipe") == 0 && v <= 0x7fffffff)
-			pipefd = v, have |= 2;
-		else if (strcmp(k, "--out") == 0 && v <= 0x7fffffff)
-			out = v, have |= 4;
-		else if (strcmp(k, "--report-fd") == 0 && v <= 0x7fffffff)
-			rfd = v, have |= 8;
-		else if (strcmp(k, "--budget-cpu-ms") == 0)
-			plan.budget_cpu_ms = v;
-		else if (strcmp(k, "--budget-memory-kb") == 0)
-			plan.budget_memory_kb = v;
-		else if (strcmp(k, "--budget-poll-ms") == 0 && v >= 1 && v <= PLAN_POLL_MS_MAX)
-			plan.budget_poll_ms = (unsigned)v;
+		if (strcmp(k, "--shared") == 0) {
+			if (sscanf(argv[i + 1], "%d,%d,%d,%d,%u,%u", &sh[0], &sh[1], &sh[2], &sh[3],
+				   &euid, &egid) != 6)
+				usage("bad --shared");
+			shared.userns = sh[0];
+			shared.net_got = sh[1];
+			shared.net_direct_err = sh[2];
+			shared.net_user_err = sh[3];
+			shared.euid = euid;
+			shared.egid = egid;
+			have |= 1;
+			continue;
+		}
+		if (number(argv[i + 1], 0x7fffffff, &v) != 0)
+			usage("bad number");
+		if (strcmp(k, "--pid") == 0)
+			pid = v, have |= 2;
+		else if (strcmp(k, "--fork-errno") == 0)
+			forkerr = v;
+		else if (strcmp(k, "--pipe") == 0)
+			pipefd = v, have |= 4;
+		else if (strcmp(k, "--out") == 0)
+			out = v, have |= 8;
+		else if (strcmp(k, "--go") == 0)
+			go = v, have |= 16;
 		else
-			break;
+			usage("unknown option");
 	}
-	if (i != argc || have != 15) {
-		fprintf(stderr, "corral-init: bad arguments (it is started by corral-zygote, with "
-			"--pid --pipe --out --report-fd and the run's budgets)\n");
-		return EXIT_SETUP;
-	}
+	if (have != 31 || i + 1 >= argc)
+		usage("missing arguments");
+	/* argv[i + 1], the ID, is plan_parse's argv[0]: the arguments follow */
+	if (plan_parse(&plan, argc - i - 1, argv + i + 1, perr, sizeof perr) != 0)
+		usage(perr);
 
 	/* As B: no process of the run's uid may ptrace us or take our fds (the report fd). */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-	/* What the zygote's P left blocked stays blocked (read with sigtimedwait, reap.c). */
+	/* As A's supervise_prepare(): the stop signals and SIGCHLD blocked (they are read with
+	 * sigtimedwait, reap.c); report writes to a closed pipe fail instead of killing us. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
 	sigaddset(&set, SIGTERM);
@@ -92,14 +132,25 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGXFSZ, SIG_IGN);
 
-	/* The budgets as P set them up: its applied lines are in the report already. */
-	plan.report_fd = -1;
 	memset(&L, 0, sizeof L);
 	L.plan = &plan;
-	report_set_fd(-1);
-	budget_prepare(&L);
-	plan.report_fd = (int)rfd;
-	report_set_fd((int)rfd);
+	L.shared = &shared;
+	L.direct = 1;
+	L.sigfd = -1;
+	report_set_fd(plan.report_fd);
+	report_header();
+	if (launch_steps(&L) != 0 || mounts_apply(&L) != 0)
+		goto setup_failed;
+	if (!pid) {
+		report_fatal(W_WARM, (int)forkerr, NULL);
+		goto setup_failed;
+	}
+	report_flush();         /* our lines before the program's */
+	mounts_state(mounts, sizeof mounts);
+	do
+		n = write((int)go, mounts, sizeof mounts);
+	while (n < 0 && errno == EINTR);
+	close((int)go);
 
 	memset(&c, 0, sizeof c);
 	c.pid = c.shown = (pid_t)pid;
@@ -116,4 +167,9 @@ int main(int argc, char **argv)
 		n = write((int)out, &o, sizeof o);
 	while (n < 0 && errno == EINTR);
 	_exit(0);
+
+setup_failed:
+	budget_cleanup();
+	report_flush();
+	_exit(EXIT_SETUP);      /* C, waiting for its mounts, dies with the namespace */
 }

@@ -109,15 +109,11 @@ struct launch {
 	/* corral-zygote: what B does for start_program ahead of the run (before --prestart's
 	 * wait); NULL: nothing */
 	void (*prepare_program)(struct launch *L);
-	/* corral-zygote's direct run (csrc/zygote/direct.c): this process was cloned by the zygote
-	 * into the run's new PID, mount and IPC namespaces (and a user namespace without root),
-	 * sharing its memory until an execve: it is the namespaces' init. ns_apply() reports them
-	 * as made; supervise_run() makes B's mounts, forks C itself (run_program) and execs
-	 * corral-init (direct_init, an fd) to wait for the run, which writes C's outcome on
-	 * direct_out. */
+	/* corral-zygote's direct run (csrc/zygote/direct.c): the zygote's clone made the run's
+	 * new PID, mount and IPC namespaces (and a user namespace without root), whose init
+	 * corral-init takes these steps: ns_apply() reports them as made. In C: its parent shared
+	 * the zygote's memory. */
 	int direct;
-	int direct_init;
-	int direct_out;
 };
 
 /* ---- report.c: every function here is async-signal-safe ---- */
@@ -162,6 +158,9 @@ const char *what_step(enum what w);             /* the STEP of a fatal line */
 /* The steps of one run after the command line (run.c): sets L->plan and exits as the program did.
  * The caller zeroes L and sets its parent, shared, seccomp_ready and run_program. */
 NORETURN void launch_run(struct launch *L, struct plan *plan);
+/* The steps after the report's header and the supervisor's signals (steps.c): session,
+ * die-with-parent, budgets, namespaces. 0, or -1 after a fatal line. */
+int launch_steps(struct launch *L);
 /* corral-zygote's direct run: the state the launcher's files keep for one run (child.c, budget.c,
  * mounts.c, report.c) back to a fresh process's, in a process that shares the zygote's memory
  * with earlier runs. */

@@ -42,34 +42,6 @@ void close_fds(int from, int to)
 	close_range_loop(from, to);
 }
 
-/* 1. A new session and process group, so the host can kill the group. */
-static int step_session(void)
-{
-	if (setsid() >= 0 || getsid(0) == getpid()) {
-		report_applied("session");
-		return 0;
-	}
-	/* A process-group leader cannot make a session; the PID namespace or the subreaper still
-	 * contain the tree. */
-	report_refused("session", errno, explain(W_SESSION, errno));
-	return 0;
-}
-
-/* 2. Die with the parent (the host, or the zygote); make sure it did not die before the prctl. */
-static int step_die_with_parent(const struct launch *L)
-{
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
-		report_fatal(W_DEATHSIG, errno, NULL);
-		return -1;
-	}
-	if (L->parent && getppid() != L->parent) {
-		report_fatal(W_PARENT, ESRCH, NULL);
-		return -1;
-	}
-	report_applied("die-with-parent");
-	return 0;
-}
-
 void launch_state_reset(void)
 {
 	child_state_reset();
@@ -88,10 +60,7 @@ NORETURN void launch_run(struct launch *L, struct plan *plan)
 	report_header();
 
 	if (supervise_prepare(L) != 0 ||       /* signals: blocked, read from a signalfd */
-	    step_session() != 0 ||              /* 1. setsid */
-	    step_die_with_parent(L) != 0 ||     /* 2. PR_SET_PDEATHSIG, the parent's pid */
-	    budget_prepare(L) != 0 ||           /* 2b. budgets: the run cgroup (budget.c) */
-	    ns_apply(L) != 0) {                 /* 3. namespaces */
+	    launch_steps(L) != 0) {             /* 1-3 (steps.c) */
 		budget_cleanup();
 		plan_free(plan);
 		_exit(EXIT_SETUP);

@@ -28,7 +28,6 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -402,65 +401,8 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 	prog_finish(&c, out);
 }
 
-/* ---- corral-zygote's direct run: we are the init, then corral-init ---- */
-
-struct argv_num {
-	char *v[20];
-	char num[9][24];
-	int n, k;
-};
-
-static void arg_num(struct argv_num *a, const char *name, unsigned long long v)
-{
-	snprintf(a->num[a->k], sizeof a->num[0], "%llu", v);
-	a->v[a->n++] = (char *)name;
-	a->v[a->n++] = a->num[a->k++];
-}
-
-/* The zygote cloned us into the run's namespaces, sharing its memory, and waits for our execve
- * (CLONE_VFORK): B's mounts and the Landlock ruleset here, then C, forked from that memory (a
- * copy of the warm interpreter: run_program), then corral-init, the namespace's init from there
- * on (reap.c). C waits for --prestart's byte itself: the zygote must not wait on a run. */
-static NORETURN void run_direct(struct launch *L)
-{
-	const struct plan *p = L->plan;
-	struct prog c;
-	struct argv_num a;
-	char *envp[1] = { NULL };
-
-	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-	if (mounts_apply(L) == 0) {
-		child_prepare(L);
-		if (prog_start(L, &c) == 0) {
-			null_stdio();
-			memset(&a, 0, sizeof a);
-			a.v[a.n++] = "corral-init";
-			arg_num(&a, "--pid", (unsigned long long)c.pid);
-			arg_num(&a, "--pipe", (unsigned long long)c.errfd);
-			arg_num(&a, "--out", (unsigned long long)L->direct_out);
-			arg_num(&a, "--report-fd", (unsigned long long)p->report_fd);
-			if (p->budget_cpu_ms)
-				arg_num(&a, "--budget-cpu-ms", p->budget_cpu_ms);
-			if (p->budget_memory_kb)
-				arg_num(&a, "--budget-memory-kb", p->budget_memory_kb);
-			if (p->budget_poll_ms)
-				arg_num(&a, "--budget-poll-ms", p->budget_poll_ms);
-			a.v[a.n] = NULL;
-			fcntl(c.errfd, F_SETFD, 0);
-			fcntl(L->direct_out, F_SETFD, 0);
-			report_flush();
-			syscall(SYS_execveat, L->direct_init, "", a.v, envp, AT_EMPTY_PATH);
-			report_fatal(W_WARM, errno, "corral-init");
-		}
-	}
-	report_flush();
-	_exit(EXIT_SETUP);      /* we are the init: the kernel kills what is left */
-}
-
 void supervise_run(struct launch *L, struct outcome *out)
 {
-	if (L->direct)
-		run_direct(L);
 	if (L->pidns)
 		run_pidns(L, out);
 	else

@@ -3,18 +3,14 @@
  * The zygote clones P, which shares its memory (CLONE_VM) and stops it until P's execve
  * (CLONE_VFORK), straight into the run's new PID, mount and IPC namespaces (and, without root,
  * a user namespace of the run's own inside the zygote's). P is the namespaces' init (pid 1),
- * running on the zygote's own stack below the zygote's frames, as a vfork child does. It puts
- * the run's fds in place, follows the launcher's flow (launch_run: the report, session,
- * die-with-parent, budgets, the namespaces reported as made by ns.c), makes the init's mounts,
- * forks C from the shared memory (a copy of the warm interpreter, as the helper I's fork is on
- * the other path), and execs corral-init (csrc/init), which waits for the run as the launcher's
- * init does and writes C's outcome on a pipe to the zygote. The zygote then goes on; P's pid
- * is the run's pid for the host, and when it has been reaped the outcome read from the pipe is
- * the run's status (an init cannot end by C's signal on itself, as A did).
- *
- * Per run this saves the spawner's hand-over, the processes A and B (their fork, copy-on-write
- * faults, namespace steps and exits), the fork request on the run's socket and the zygote's
- * entering and leaving of each run's PID namespace: about a third of a warm run's CPU.
+ * running on the zygote's own stack below the zygote's frames, as a vfork child does. It does
+ * only what needs the zygote's memory, since the zygote waits meanwhile: the run's fds in place,
+ * the fork of C (a copy of the warm interpreter, as the helper I's fork is on the other path),
+ * and the execve of corral-init (csrc/init), which takes the launcher's steps and the init's
+ * mounts, lets C go on with the mounts' state, waits for the run as the launcher's init does
+ * and writes C's outcome on a pipe to the zygote. P's pid is the run's pid for the host, and
+ * when it has been reaped the outcome read from the pipe is the run's status (an init cannot end
+ * by C's signal on itself, as A did).
  *
  * P writes into the zygote's memory: what the launcher's files keep for a run is reset first
  * (launch_state_reset), the plan is the zygote's (parsed here, freed after the execve), and the
@@ -33,12 +29,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* How far below the zygote's stack pointer P's stack starts, and how much of it is zeroed after
  * P is gone (P's deepest path, the mounts and Landlock's paths, uses about 20 kB). */
 #define P_GAP (16 * 1024)
-#define P_ZERO (128 * 1024)
+#define P_ZERO (64 * 1024)
 
 static int init_fd = -1;        /* corral-init, opened at start-up (O_PATH) */
 static int refused;             /* a clone of P failed: every run goes by S */
@@ -46,6 +43,8 @@ static int refused;             /* a clone of P failed: every run goes by S */
 struct job {
 	const struct zygote *z;
 	struct plan *plan;
+	char **args;                    /* the request's ID and ARGS, for corral-init's plan */
+	size_t nargs;
 	const int *fds;                 /* the run's stdin, stdout, stderr, report */
 	int out;                        /* the outcome pipe's write end */
 };
@@ -65,48 +64,122 @@ int direct_fd(void)
 	return init_fd;
 }
 
-/* The run's fds on 0, 1, 2 and the report fd, corral-init and the outcome pipe just above, and
- * nothing else: P has a copy of the zygote's fd table. */
-static int p_fds(const int *fds, int rfd, int out, int *init_out, int *out_out)
+/* The run's fds on 0, 1, 2 and the report fd, the others (corral-init, the outcome pipe...)
+ * just above in the order given, close-on-exec, and nothing else: P has a copy of the zygote's
+ * fd table. */
+static int p_fds(const int *fds, int rfd, int *more, int nmore)
 {
-	int hi[RUN_NFDS + 2], i, base = rfd >= 3 ? rfd + 1 : 3;
+	int hi[RUN_NFDS + 8], i, base = rfd >= 3 ? rfd + 1 : 3, top = base + nmore;
 
-	for (i = 0; i < RUN_NFDS; i++)
-		hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, base + 2);
-	hi[RUN_NFDS] = fcntl(init_fd, F_DUPFD_CLOEXEC, base + 2);
-	hi[RUN_NFDS + 1] = fcntl(out, F_DUPFD_CLOEXEC, base + 2);
-	for (i = 0; i < RUN_NFDS + 2; i++)
+	for (i = 0; i < RUN_NFDS + nmore; i++) {
+		hi[i] = fcntl(i < RUN_NFDS ? fds[i] : more[i - RUN_NFDS], F_DUPFD_CLOEXEC, top);
 		if (hi[i] < 0)
 			return -1;
+	}
 	for (i = 0; i < 3; i++)
 		if (dup2(hi[i], i) < 0)
 			return -1;
 	if (rfd >= 0 && dup2(hi[RUN_REPORT], rfd) < 0)
 		return -1;
-	if (dup3(hi[RUN_NFDS], base, O_CLOEXEC) < 0 || dup3(hi[RUN_NFDS + 1], base + 1, O_CLOEXEC) < 0)
-		return -1;
+	for (i = 0; i < nmore; i++) {
+		if (dup3(hi[RUN_NFDS + i], base + i, O_CLOEXEC) < 0)
+			return -1;
+		more[i] = base + i;
+	}
 	if (rfd > 3)
 		close_fds(3, rfd - 1);
-	close_fds(base + 2, -1);
-	*init_out = base;
-	*out_out = base + 1;
+	close_fds(top, -1);
 	return 0;
 }
 
-static int p_main(void *arg)
+/* C: waits until corral-init has made the mounts (their state comes on the pipe: what
+ * Landlock may grant), then follows child_run() and runs the program. EOF: the init failed, and
+ * the namespace goes with it. */
+static NORETURN void c_main(const struct job *j, int errfd, int go)
 {
-	const struct job *j = arg;
+	const struct zygote *z = j->z;
 	struct launch L;
+	char mounts[PLAN_MOUNTS_MAX + 2];
+	ssize_t n;
 
-	launch_state_reset();
-	memset(&L, 0, sizeof L);
-	if (p_fds(j->fds, j->plan->report_fd, j->out, &L.direct_init, &L.direct_out) != 0)
+	do
+		n = read(go, mounts, sizeof mounts);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof mounts || mounts[sizeof mounts - 1] != '\0')
 		_exit(EXIT_SETUP);
-	L.shared = &j->z->ns;           /* L.parent 0: getppid() is 0 in a new PID namespace */
+	close(go);
+	mounts_state_set(mounts);
+	report_set_fd(j->plan->report_fd);
+	memset(&L, 0, sizeof L);
+	L.plan = j->plan;
+	L.shared = &z->ns;
+	L.userns = z->ns.userns;
+	L.netns = z->ns.net_got;
+	L.pidns = 1;
 	L.seccomp_ready = 1;            /* the filter is in memory (request_filter) */
 	L.run_program = py_run_program;
 	L.direct = 1;
-	launch_run(&L, j->plan);
+	child_run(&L, 1, errfd);        /* our parent: the namespace's init */
+}
+
+static void p_arg(char **v, int *n, char (*num)[24], int *k, const char *name, long long x)
+{
+	snprintf(num[*k], sizeof num[0], "%lld", x);
+	v[(*n)++] = (char *)name;
+	v[(*n)++] = num[(*k)++];
+}
+
+/* P: only what needs the zygote's memory (C's fork) while the zygote waits; the launcher's
+ * steps and the mounts are corral-init's, once the zygote goes on. */
+static int p_main(void *arg)
+{
+	const struct job *j = arg;
+	const struct ns_shared *s = &j->z->ns;
+	static char *v[ARGS_MAX + 24];
+	char num[8][24], shared[128];
+	char *envp[1] = { NULL };
+	int more[2] = { init_fd, j->out }, errp[2], gop[2], n = 0, k = 0, i, devnull;
+	pid_t c;
+
+	launch_state_reset();
+	if (p_fds(j->fds, j->plan->report_fd, more, 2) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
+	    pipe2(gop, O_CLOEXEC) != 0)
+		_exit(EXIT_SETUP);
+	c = fork();
+	if (c == 0) {
+		close(more[0]);
+		close(more[1]);
+		close(errp[0]);
+		close(gop[1]);
+		c_main(j, errp[1], gop[0]);
+	}
+	close(errp[1]);
+	close(gop[0]);
+	/* corral-init needs no stdio: the host sees EOF once the program's tree is gone */
+	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	for (i = 0; i < 3; i++)
+		if (i != j->plan->report_fd && devnull >= 0)
+			dup2(devnull, i);
+	v[n++] = "corral-init";
+	p_arg(v, &n, num, &k, "--pid", c > 0 ? c : 0);
+	if (c < 0)
+		p_arg(v, &n, num, &k, "--fork-errno", errno);
+	p_arg(v, &n, num, &k, "--pipe", errp[0]);
+	p_arg(v, &n, num, &k, "--out", more[1]);
+	p_arg(v, &n, num, &k, "--go", gop[1]);
+	snprintf(shared, sizeof shared, "%d,%d,%d,%d,%u,%u", s->userns, s->net_got,
+		 s->net_direct_err, s->net_user_err, (unsigned)s->euid, (unsigned)s->egid);
+	v[n++] = "--shared";
+	v[n++] = shared;
+	v[n++] = "--plan";
+	for (i = 0; i < (int)j->nargs && n < ARGS_MAX + 23; i++)
+		v[n++] = j->args[i];
+	v[n] = NULL;
+	fcntl(errp[0], F_SETFD, 0);
+	fcntl(gop[1], F_SETFD, 0);
+	fcntl(more[1], F_SETFD, 0);
+	syscall(SYS_execveat, more[0], "", v, envp, AT_EMPTY_PATH);
+	_exit(EXIT_SETUP);      /* we are the init: C dies with the namespace */
 }
 
 /* Whether this request can be a direct run: a run the zygote serves, without a cgroup. */
@@ -154,6 +227,8 @@ pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds
 		request_filter(z, &plan);
 	j.z = z;
 	j.plan = &plan;
+	j.args = argv + 1;
+	j.nargs = nf - 1;
 	j.fds = fds;
 	j.out = out[1];
 	flags = CLONE_VM | CLONE_VFORK | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | SIGCHLD;
