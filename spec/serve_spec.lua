@@ -161,6 +161,25 @@ describe("corral serve", function()
     H.assert_clean(snap)
   end)
 
+  it("answers a run whose sandbox cannot be set up with 500 sandbox_failed, and serves the next", function()
+    -- a policy whose run cgroup is required and cannot be made: the launcher's fatal line
+    core.mkdir(dir .. "/policies", 448)
+    write(dir .. "/policies/broken.lua", 'return require("corral.policy").load("default"):extend ' ..
+      '{ name = "broken", budgets = "cgroup", cgroup = "/nonexistent/corral-spec" }\n')
+    os.execute("chmod -R a+rX " .. q(dir))
+    local s = start_server("--policy broken --concurrency 1", "CORRAL_POLICY_PATH=" .. q(dir .. "/policies"))
+    for _ = 1, 2 do
+      local code, _, body, obj, rc = http(s, "POST", "/v1/run", json { code = "print(1)" }, "--max-time 20")
+      assert.are.equal(0, rc, "curl: " .. tostring(rc))
+      assert.are.equal(500, code, body)
+      assert.are.equal("sandbox_failed", obj.error.code, body)
+      assert.is_truthy(obj.error.message:find("cgroup", 1, true), body)
+      assert.is_false(obj.ok)
+    end
+    assert.is_falsy((read(s.log) or ""):find("internal-error", 1, true), read(s.log))
+    stop_server(s)
+  end)
+
   it("answers a run with exactly the fields of `corral run --json`", function()
     local s = start_server("--concurrency 2")
     assert.are.equal(432, core.lstat(s.sock).mode & 511) -- 0660

@@ -669,7 +669,13 @@ function Server:_start(job)
   self.running[job] = true
   local function on_done(...)
     local args = table.pack(...)
-    self:_guard(function() self:_finished(job, table.unpack(args, 1, args.n)) end)
+    if not self:_guard(function() self:_finished(job, table.unpack(args, 1, args.n)) end) then
+      -- logged as internal-error: the client still gets an answer, never a hung request
+      local ctx = job.ctx
+      self:_guard(function()
+        if not ctx.sent then self:_error(ctx, reject(500, "internal", "the server failed to build the result")) end
+      end)
+    end
     self:_guard(self._pump)
   end
   local ok, proc, err, ecode
@@ -731,8 +737,10 @@ function Server:_finished(job, a, b, c)
   job.state = "done"
   local seconds = hrtime() - job.t_start
   local ctx = job.ctx
-  -- a run ends with (res, err, ecode), an eval with (out, serr, res)
-  local res = job.kind == "run" and a or c
+  -- a run ends with (res, err, ecode), an eval with (out, serr, res); a run whose sandbox
+  -- failed has no res (and its error code in c)
+  local res
+  if job.kind == "run" then res = a else res = c end
   local reason = job.cancelled and "cancelled" or job.shutdown and "shutdown" or (res and res.reason or "error")
   self:_observe(reason, seconds)
   if job.cancelled then return self:_gone(ctx, "cancelled") end
