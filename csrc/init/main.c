@@ -1,6 +1,6 @@
 /* corral-init: the init of a direct warm run's PID namespace.
  *
- *   corral-init --pid PID [--fork-errno E] --pipe FD --out FD --go FD
+ *   corral-init --pid PID [--fork-errno E] [--maps-errno E] --pipe FD --out FD --go FD
  *               --shared USERNS,NET,NET_ERR,NET_USER_ERR,EUID,EGID --plan ID ARGS...
  *
  * corral-zygote starts a direct run (csrc/zygote/direct.c) in a process P that it clones into the
@@ -70,7 +70,7 @@ static NORETURN void usage(const char *why)
 int main(int argc, char **argv)
 {
 	unsigned long long pid = 0, pipefd = 0, out = 0, go = 0, forkerr = 0, v;
-	int have = 0, i, sh[4];
+	int have = 0, i, sh[4], mapserr = 0;
 	unsigned euid, egid;
 	struct ns_shared shared;
 	struct plan plan;
@@ -104,6 +104,8 @@ int main(int argc, char **argv)
 			pid = v, have |= 2;
 		else if (strcmp(k, "--fork-errno") == 0)
 			forkerr = v;
+		else if (strcmp(k, "--maps-errno") == 0)
+			mapserr = (int)v;
 		else if (strcmp(k, "--pipe") == 0)
 			pipefd = v, have |= 4;
 		else if (strcmp(k, "--out") == 0)
@@ -136,6 +138,7 @@ int main(int argc, char **argv)
 	L.plan = &plan;
 	L.shared = &shared;
 	L.direct = 1;
+	L.direct_maps_err = mapserr;
 	L.sigfd = -1;
 	report_set_fd(plan.report_fd);
 	report_header();

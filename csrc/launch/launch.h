@@ -114,6 +114,7 @@ struct launch {
 	 * corral-init takes these steps: ns_apply() reports them as made. In C: its parent shared
 	 * the zygote's memory. */
 	int direct;
+	int direct_maps_err;    /* why P could not write the user namespace's maps (0: it did) */
 };
 
 /* ---- report.c: every function here is async-signal-safe ---- */
@@ -179,6 +180,8 @@ void signals_reset(void);                      /* every disposition default, not
 /* ---- ns.c ---- */
 
 int ns_apply(struct launch *L);                 /* 0, or -1 after a fatal line */
+/* In a new user namespace: our ids (L->euid, L->egid) mapped to themselves. 0, or -1 with errno. */
+int ns_write_own_maps(const struct launch *L);
 /* corral-zygote at start-up: the network namespace of the plan (with the user namespace it needs),
  * once for all runs, and its report lines. 0, or -1 after a fatal line (--net require). */
 int ns_apply_shared(struct launch *L, struct ns_shared *s);

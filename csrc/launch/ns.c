@@ -129,6 +129,11 @@ static int write_own_maps(const struct launch *L)
 	return write_close(gm, map);
 }
 
+int ns_write_own_maps(const struct launch *L)
+{
+	return write_own_maps(L);
+}
+
 /* The privileged map writer: forked before unshare(CLONE_NEWUSER), it waits on a pipe for the
  * launcher's go (EOF: the unshare failed, nothing to do), then writes the launcher's uid_map and
  * gid_map and exits with 0 or the errno. */
@@ -666,7 +671,10 @@ int ns_apply(struct launch *L)
 	 * that RLIMIT_NPROC counts the run's processes alone, not the zygote's nor other runs'
 	 * (refused: they share the count). */
 	if (((s && s->userns) || (!s && net_shared && L->userns)) && (all.flags & CLONE_NEWPID) &&
-	    (L->direct || unshare(CLONE_NEWUSER) == 0) && write_own_maps(L) != 0) {
+	    (L->direct ? (errno = L->direct_maps_err) != 0 :
+	     unshare(CLONE_NEWUSER) == 0 && write_own_maps(L) != 0)) {
+		/* a direct run's maps were written by P, which had the capabilities (corral-init
+		 * lost them at its execve but for the ambient ones) */
 		report_fatal(W_IDMAP, errno, NULL);
 		return -1;
 	}

@@ -29,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -122,6 +124,25 @@ static NORETURN void c_main(const struct job *j, int errfd, int go)
 	child_run(&L, 1, errfd);        /* our parent: the namespace's init */
 }
 
+/* Every permitted capability inheritable and ambient, so that it survives the execve of a
+ * program whose uid is not 0 in its user namespace. */
+static void keep_caps(void)
+{
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+	int cap;
+
+	if (syscall(SYS_capget, &h, d) != 0)
+		return;
+	d[0].inheritable = d[0].permitted;
+	d[1].inheritable = d[1].permitted;
+	if (syscall(SYS_capset, &h, d) != 0)
+		return;
+	for (cap = 0; cap < 64; cap++)
+		if (d[cap / 32].permitted & (1U << (cap % 32)))
+			prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0);
+}
+
 static void p_arg(char **v, int *n, char (*num)[24], int *k, const char *name, long long x)
 {
 	snprintf(num[*k], sizeof num[0], "%lld", x);
@@ -138,14 +159,26 @@ static int p_main(void *arg)
 	static char *v[ARGS_MAX + 24];
 	char num[8][24], shared[128];
 	char *envp[1] = { NULL };
-	int more[2] = { init_fd, j->out }, errp[2], gop[2], n = 0, k = 0, i, devnull;
+	int more[2] = { init_fd, j->out }, errp[2], gop[2], n = 0, k = 0, i, devnull, err;
+	int maps_err = 0;
 	pid_t c;
 
 	launch_state_reset();
 	if (p_fds(j->fds, j->plan->report_fd, more, 2) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
 	    pipe2(gop, O_CLOEXEC) != 0)
 		_exit(EXIT_SETUP);
+	if (s->userns) {
+		/* the run's user namespace, made by the clone: its maps now, while we hold its
+		 * capabilities (corral-init, whose uid is not 0 there, loses them at execve) */
+		struct launch M;
+
+		memset(&M, 0, sizeof M);
+		M.euid = s->euid;
+		M.egid = s->egid;
+		maps_err = ns_write_own_maps(&M) != 0 ? errno : 0;
+	}
 	c = fork();
+	err = errno;
 	if (c == 0) {
 		close(more[0]);
 		close(more[1]);
@@ -163,7 +196,13 @@ static int p_main(void *arg)
 	v[n++] = "corral-init";
 	p_arg(v, &n, num, &k, "--pid", c > 0 ? c : 0);
 	if (c < 0)
-		p_arg(v, &n, num, &k, "--fork-errno", errno);
+		p_arg(v, &n, num, &k, "--fork-errno", err);
+	if (maps_err)
+		p_arg(v, &n, num, &k, "--maps-errno", maps_err);
+	/* corral-init makes the mounts: our capabilities in the run's user namespace go with the
+	 * execve as ambient ones (C, forked before, has none of them ambient) */
+	if (s->userns)
+		keep_caps();
 	p_arg(v, &n, num, &k, "--pipe", errp[0]);
 	p_arg(v, &n, num, &k, "--out", more[1]);
 	p_arg(v, &n, num, &k, "--go", gop[1]);
