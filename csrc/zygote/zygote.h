@@ -7,10 +7,13 @@
  *   pygc.c     whether the run froze objects (its one use of CPython's internal headers)
  *   exec.c     what execve() would have done to C: capabilities, cmdline, environ, comm
  *
- *   spawner.c  S, small, forked before the interpreter: starts each run's A (Z's child)
+ *   direct.c   a direct run: P cloned into the run's new namespaces, C forked, corral-init run
+ *   spawner.c  S, small, forked before the interpreter: starts each run's A (Z's child), for
+ *              the runs that are not direct
  *   program.c  C, forked by Z into the run's namespaces on B's request, and B's end of that
  *
- * corral-zygote is built from the launcher's files (all of csrc/launch but main.c) and these. Process
+ * corral-zygote is built from the launcher's files (all of csrc/launch but main.c) and these. A run
+ * is direct (direct.c) unless it has a run cgroup. Otherwise, process
  * names as in launch.h: for each run S starts an A (its pid is the run's pid for the host), A
  * follows the launcher's own flow (launch_run) and forks the init B; B asks Z for the program C,
  * which Z forks from the warm interpreter into B's namespaces, and which runs the program in that
