@@ -158,18 +158,8 @@ int main(int argc, char **argv)
 	memset(&c, 0, sizeof c);
 	c.pid = c.shown = (pid_t)pid;
 	c.errfd = (int)pipefd;
-	while (c.errfd >= 0)
-		prog_read(&c);
-	/* As B: with a budget, the rest of the namespace is killed and reaped before the report,
-	 * so that usage and total count it. */
-	if (init_wait(&c) || budget_active())
-		init_kill_all(&c);
-	prog_finish(&c, &o);
-	report_flush();
-	do
-		n = write((int)out, &o, sizeof o);
-	while (n < 0 && errno == EINTR);
-	_exit(0);
+	init_watch(&c, &o);     /* as B */
+	init_end((int)out, &o);
 
 setup_failed:
 	budget_cleanup();

@@ -297,6 +297,10 @@ int reap_one(struct prog *c);           /* 1 reaped a child, 0 none ready, -1 no
  * stop signal from outside the namespace, or over a budget), 0 when C has ended. */
 int init_wait(struct prog *c);
 void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace */
+/* The init once C is started: C's pipe, the wait, the end in the report; C's outcome in o. */
+void init_watch(struct prog *c, struct outcome *o);
+/* The init's end: the report flushed, the outcome written on outfd, exit 0. */
+NORETURN void init_end(int outfd, const struct outcome *o);
 
 int supervise_prepare(struct launch *L);        /* signals; 0 or -1 after a fatal line */
 void supervise_run(struct launch *L, struct outcome *out);

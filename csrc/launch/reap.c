@@ -154,3 +154,24 @@ void init_kill_all(struct prog *c)
 		prog_read(c);   /* C is dead: does not block */
 }
 
+void init_watch(struct prog *c, struct outcome *o)
+{
+	while (c->errfd >= 0)
+		prog_read(c);
+	/* With a budget, the rest of the namespace is killed and reaped before the report, so
+	 * that usage and total count it. */
+	if (init_wait(c) || budget_active())
+		init_kill_all(c);
+	prog_finish(c, o);
+}
+
+NORETURN void init_end(int outfd, const struct outcome *o)
+{
+	ssize_t n;
+
+	report_flush();
+	do
+		n = write(outfd, o, sizeof *o);
+	while (n < 0 && errno == EINTR);
+	_exit(0);       /* the kernel kills what is left in the namespace */
+}

@@ -226,7 +226,6 @@ static NORETURN void init_main(struct launch *L, int outfd)
 {
 	struct prog c;
 	struct outcome o = { OUTCOME_EXIT, EXIT_SETUP };
-	ssize_t n;
 
 	/* Like A: no process of our uid may ptrace us or take our fds (the report fd). */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -239,20 +238,10 @@ static NORETURN void init_main(struct launch *L, int outfd)
 		init_prepare(L);
 		if ((ahead || prestart_wait(L) == 0) && prog_start(L, &c) == 0) {
 			null_stdio();
-			while (c.errfd >= 0)
-				prog_read(&c);
-			/* With a budget, the rest of the namespace is killed and reaped before the
-			 * report, so that usage and total count it. */
-			if (init_wait(&c) || budget_active())
-				init_kill_all(&c);
-			prog_finish(&c, &o);
+			init_watch(&c, &o);
 		}
 	}
-	report_flush();
-	do
-		n = write(outfd, &o, sizeof o);
-	while (n < 0 && errno == EINTR);
-	_exit(0);       /* the kernel kills what is left in the namespace */
+	init_end(outfd, &o);
 }
 
 /* How long B may take to kill and reap the namespace after SIGTERM before A sends SIGKILL. */
