@@ -269,6 +269,32 @@ describe("prestarted launches", function()
     assert(corral.close())
   end)
 
+  it("run a warm program in its init's session and process group, not the interpreter's", function()
+    local _, r1 = run("import os\nprint(os.getpid())", { policy = "warm" })
+    if r1.stdout ~= "2\n" then pending("no direct warm run here: " .. r1.stdout .. r1.stderr) return end
+    local z = require("corral.warm").list()[1].pid
+    local res
+    local proc = assert(corral.start("import time\nprint('up', flush=True)\ntime.sleep(2)",
+      { policy = "warm", timeout = 5 }, function(r, e) res = r or e end))
+    local init, prog
+    assert.is_true(H.eventually(function()
+      core.run("nowait")
+      init = proc:pid()
+      prog = init and tonumber(H.sh("ps -o pid= -o comm= --ppid " .. init):match("(%d+)%s+python3"))
+      return prog ~= nil
+    end, 5), "no program under the run's init")
+    -- /proc/PID/stat after the name: state, ppid, pgrp, session
+    local pgrp, sid = H.sh("cat /proc/" .. prog .. "/stat"):match("%) %S+ %d+ (%d+) (%d+)")
+    assert.are.equal(init, tonumber(pgrp))
+    assert.are.equal(init, tonumber(sid))
+    assert.are_not.equal(z, tonumber(pgrp))
+    -- so the host's kill of the run's group reaches the program
+    core.kill(-init, 9)
+    while res == nil do core.run("once") end
+    assert.is_truthy(core.kill(z, 0), "the warm interpreter died with the run")
+    assert(corral.close())
+  end)
+
   it("let corral.close(seconds) end at its deadline while a warm run still holds its interpreter", function()
     local r1 = select(2, run("print('warm')", { policy = "warm" }))
     if r1.stdout ~= "warm\n" then pending("no warm interpreter here: " .. r1.stderr) return end

@@ -664,6 +664,46 @@ time.sleep(0.2)
     assert.is_truthy(out.runs["2"].report:find("refused cgroup", 1, true), out.runs["2"].report)
   end)
 
+  it("runs by its spawner when corral-init cannot be executed, and says nothing of it to the run", function()
+    local dir = H.sh("mktemp -d /tmp/corral-zinit.XXXXXX")
+    finally(function() os.execute("rm -rf '" .. dir .. "'") end)
+    -- the zygote next to a corral-init that is not executable: P's execve fails (EACCES)
+    assert(os.execute("cp '" .. Z.zygote .. "' '" .. dir .. "/corral-zygote' && cp '" ..
+      Z.zygote:gsub("corral%-zygote$", "corral-init") .. "' '" .. dir .. "/corral-init' && chmod 0644 '" ..
+      dir .. "/corral-init' && chmod a+rx '" .. dir .. "' '" .. dir .. "/corral-zygote'"))
+    local zz = zargs()
+    zz[1] = dir .. "/corral-zygote"
+    local code = "import os\nprint(os.getpid(), open('/proc/1/comm').read().strip())"
+    local p1, p2 = Z.plan(code), Z.plan(code)
+    local out = Z.drive({ { op = "ready" }, Z.run_step(1, p1.args), { op = "wait" },
+      Z.run_step(2, p2.args), { op = "wait" }, { op = "close" } }, zz)
+    p1.close()
+    p2.close()
+    for _, id in ipairs({ "1", "2" }) do
+      assert.are.equal("3 corral-spawner\n", out.runs[id].stdout, out.runs[id].stderr)
+      assert.are.equal("exit 0", how(out.runs[id].status))
+    end
+  end)
+
+  it("gives a run with --userns always a user namespace of its own where the zygote has none", function()
+    if core.getuid() ~= 0 then pending("as root only: without root the zygote has one") return end
+    local p = Z.plan("print(open('/proc/self/uid_map').read().split())")
+    local args, skip = {}, false
+    for i, a in ipairs(p.args) do
+      if p.args[i - 1] == "--net" then a = "host" elseif p.args[i - 1] == "--userns" then a = "always" end
+      if a == "--net-join" or a:match("^%-%-deny%-sockets") then skip = a == "--net-join"
+      elseif skip then skip = false
+      else args[#args + 1] = a end
+    end
+    local out = Z.drive({ { op = "ready" }, Z.run_step(1, args), { op = "wait" }, { op = "close" } },
+      zargs("--net", "host", "--userns", "always"))
+    p.close()
+    local r = out.runs["1"]
+    assert.are.equal("exit 0", how(r.status), r.stderr)
+    assert.is_truthy(r.report:find("applied user-namespace", 1, true), r.report)
+    assert.are_not.equal("['0', '0', '4294967295']\n", r.stdout)
+  end)
+
   it("starts each run from a spawner that maps nothing of libpython", function()
     local p1, p2 = Z.plan("print('one')"), Z.plan("print('two')")
     local out = Z.drive({ { op = "ready" }, Z.run_step(1, p1.args), { op = "wait" }, { op = "maps" },

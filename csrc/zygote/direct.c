@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@
 #include <linux/capability.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* How far below the zygote's stack pointer P's stack starts, and how much of it is zeroed after
@@ -143,6 +145,24 @@ static void keep_caps(void)
 			prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0);
 }
 
+/* Why P ended before its execve (0: it did not), for the zygote, which goes on once P has
+ * exec'd or exited: the run then takes the S/A/B path. */
+static volatile int p_failed;
+
+static NORETURN void p_fail(int err)
+{
+	p_failed = err > 0 ? err : EIO;
+	_exit(EXIT_SETUP);
+}
+
+/* The read end's holder (the zygote) is gone: POLLERR on the write end. */
+static int pipe_gone(int wfd)
+{
+	struct pollfd pf = { wfd, POLLOUT, 0 };
+
+	return poll(&pf, 1, 0) == 1 && (pf.revents & (POLLERR | POLLHUP));
+}
+
 static void p_arg(char **v, int *n, char (*num)[24], int *k, const char *name, long long x)
 {
 	snprintf(num[*k], sizeof num[0], "%lld", x);
@@ -163,10 +183,19 @@ static int p_main(void *arg)
 	int maps_err = 0;
 	pid_t c;
 
+	p_failed = 0;
 	launch_state_reset();
+	/* dies with the zygote, which waits for us: gone already, the outcome pipe's read end is
+	 * closed (POLLERR on ours) */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || pipe_gone(j->out))
+		p_fail(ESRCH);
 	if (p_fds(j->fds, j->plan->report_fd, more, 2) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
 	    pipe2(gop, O_CLOEXEC) != 0)
-		_exit(EXIT_SETUP);
+		p_fail(errno);
+	/* a session and process group of our own (only ours: the zygote's is not changed), which
+	 * C joins: the host's kill of the run's group reaches it, and a kill(0) of the program's
+	 * reaches neither the zygote nor another run */
+	setsid();
 	if (s->userns) {
 		/* the run's user namespace, made by the clone: its maps now, while we hold its
 		 * capabilities (corral-init, whose uid is not 0 there, loses them at execve) */
@@ -218,7 +247,7 @@ static int p_main(void *arg)
 	fcntl(gop[1], F_SETFD, 0);
 	fcntl(more[1], F_SETFD, 0);
 	syscall(SYS_execveat, more[0], "", v, envp, AT_EMPTY_PATH);
-	_exit(EXIT_SETUP);      /* we are the init: C dies with the namespace */
+	p_fail(errno);          /* we are the init: C dies with the namespace */
 }
 
 /* Whether this request can be a direct run: a run the zygote serves, without a cgroup. */
@@ -226,8 +255,11 @@ static int direct_fits(const struct zygote *z, const struct plan *p)
 {
 	char err[512];
 
+	/* --userns always where the zygote has no user namespace (root, --net host): the clone
+	 * would make the run none, where A makes one */
 	return p->mode == PLAN_RUN && !p->cgroup && p->pidns &&
 	       (p->net == PLAN_NET_HOST) == (z->net == PLAN_NET_HOST) && p->userns == z->userns &&
+	       (z->ns.userns || p->userns != PLAN_USERNS_ALWAYS) &&
 	       py_check_run(z, p, err, sizeof err) == 0;
 }
 
@@ -276,16 +308,26 @@ pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds
 	/* P runs below our frames on our own stack, as a vfork child: C, its fork, keeps the
 	 * stack's growth room for the program */
 	top = (char *)((uintptr_t)((char *)__builtin_frame_address(0) - P_GAP) & ~(uintptr_t)63);
+	p_failed = 0;
 	pid = clone(p_main, top, flags, &j);
-	err = errno;
+	err = pid < 0 ? errno : p_failed;
 	close(out[1]);
 	/* what P wrote there (this run's paths and lines) is not the next run's C's to see */
 	memset(top - P_ZERO, 0, P_ZERO);
 	plan_free(&plan);
+	if (pid > 0 && err) {
+		/* P ended before its execve (C, if forked, with its namespace): this run by S */
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		pid = -1;
+	}
 	if (pid < 0) {
 		close(out[0]);
-		if (err == EINVAL || err == EPERM || err == ENOSPC || err == EUSERS)
-			refused = 1;    /* this kernel or container: the S/A/B path from now on */
+		/* this kernel or container refuses the clone, or corral-init cannot be executed:
+		 * the S/A/B path from now on (a namespace count at its limit, or arguments too big
+		 * for an execve, only this run) */
+		if (err == EINVAL || err == EPERM || err == EACCES || err == ENOEXEC || err == ENOENT)
+			refused = 1;
 		errno = ENOTSUP;
 		return -1;
 	}
