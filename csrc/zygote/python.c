@@ -1318,6 +1318,47 @@ static void await_run(const struct plan *p)
  * a small program, so that the pages they write are this process's own copies (copied from Z,
  * a fault each) before the run's code comes. A run that already waits goes first: back to back,
  * that work would be on its path. */
+/* The way the run's file goes (run_file): a small program read through a FILE, with its
+ * __loader__ and the .pyc check, compiled and run in a dictionary of its own (it prints strings
+ * to /dev/null: where the policy does not let it open that, it stops there), then the standard
+ * streams flushed (nothing is written: their buffers are empty). The program only binds names
+ * in that dictionary, which goes with it; what stays is what any first print() with a keyword
+ * leaves (the keywords' tuple of its argument parser). A back-to-back run finds its byte there
+ * first and skips it (poll). Measured (ftrace, the program from its byte to its exit, two
+ * alternating series of 150 after 5 ms pauses): 162-179 us against 266-296 us with the compile
+ * alone. */
+static void rehearse_file(void)
+{
+	static const char src[] =
+		"x = ' '.join([str(i) for i in range(3)])\n"
+		"with open('/dev/null', 'w') as f:\n"
+		"    print(x, 'y', file=f)\n";
+	FILE *fp = fmemopen((void *)src, sizeof src - 1, "r");
+	PyObject *g, *v;
+
+	if (!fp)
+		return;
+	g = PyDict_New();
+	if (!g) {
+		fclose(fp);
+		PyErr_Clear();
+		return;
+	}
+	/* its __loader__, as set_main_loader() makes the run's, into that dictionary */
+	v = PyUnicode_FromString("<prestart>");
+	if (v) {
+		set_main_loader(g, v, py.source_loader);
+		Py_DECREF(v);
+	}
+	PyErr_Clear();
+	(void)maybe_pyc_file(fp, "<prestart>");
+	v = PyRun_FileExFlags(fp, "<prestart>", Py_file_input, g, g, 1, NULL);
+	Py_XDECREF(v);
+	Py_DECREF(g);
+	PyErr_Clear();
+	flush_io();
+}
+
 static void rehearse(void)
 {
 	struct pollfd pf = { report_get_fd(), POLLIN, 0 };
@@ -1329,6 +1370,8 @@ static void rehearse(void)
 			     "<prestart>", Py_file_input);
 	Py_XDECREF(c);
 	PyErr_Clear();
+	if (poll(&pf, 1, 0) == 0)
+		rehearse_file();
 }
 
 NORETURN void py_run_program(const struct launch *L, int errfd)
