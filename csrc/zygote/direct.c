@@ -37,7 +37,8 @@
 #include <unistd.h>
 
 /* How far below the zygote's stack pointer P's stack starts, and how much of it is zeroed after
- * P is gone (P's deepest path, the mounts and Landlock's paths, uses about 20 kB). */
+ * P is gone (P's path, its fds, the maps, the fork and the execve, uses a few kB; C goes on from
+ * there on its own copy). */
 #define P_GAP (16 * 1024)
 #define P_ZERO (64 * 1024)
 
