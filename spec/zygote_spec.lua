@@ -685,6 +685,23 @@ time.sleep(0.2)
     end
   end)
 
+  it("runs by its spawner a run whose arguments an execve would refuse, and the next one directly", function()
+    -- one argument over the kernel's limit for one (128 KiB): corral-init's execve says E2BIG
+    local code = "import os\nprint(os.getpid(), len(os.environ.get('BIG', '')))"
+    local p1, p2 = Z.plan(code), Z.plan(code)
+    local args = {}
+    for _, a in ipairs(p1.args) do
+      if a == "--" then args[#args + 1] = "--env"; args[#args + 1] = "BIG=" .. ("x"):rep(200000) end
+      args[#args + 1] = a
+    end
+    local out = Z.drive({ { op = "ready" }, Z.run_step(1, args), { op = "wait" },
+      Z.run_step(2, p2.args), { op = "wait" }, { op = "close" } }, zargs())
+    p1.close()
+    p2.close()
+    assert.are.equal("3 200000\n", out.runs["1"].stdout, out.runs["1"].stderr)
+    assert.are.equal("2 0\n", out.runs["2"].stdout, out.runs["2"].stderr)
+  end)
+
   it("gives a run with --userns always a user namespace of its own where the zygote has none", function()
     if core.getuid() ~= 0 then pending("as root only: without root the zygote has one") return end
     local p = Z.plan("print(open('/proc/self/uid_map').read().split())")
