@@ -73,7 +73,7 @@ static int parse_args(int argc, char **argv, char *err, size_t len)
 	long long n;
 
 	z.ctl = -1;
-	z.spawner = z.pidns = -1;
+	z.spawner = -1;
 	z.net = PLAN_NET_HOST;
 	z.userns = PLAN_USERNS_AUTO;
 	z.python = "/usr/bin/python3";
@@ -283,12 +283,9 @@ static void step_namespaces(struct strv *lines)
 }
 
 /* 6b. S, which starts each run's A (spawner.c): forked now, while we are small, inside the
- * namespaces just made; and our own PID namespace, which we leave for each C's fork. */
+ * namespaces just made. */
 static void step_spawner(void)
 {
-	z.pidns = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
-	if (z.pidns < 0)
-		failed("cannot open /proc/self/ns/pid");
 	if (spawner_start(&z) != 0)
 		failed("cannot start the spawner process");
 	if (program_key() != 0)
@@ -324,7 +321,7 @@ static void step_python(struct strv *lines)
 
 /* 8. Nothing of the interpreter's may be forked into the runs but memory: no thread (a fork
  * copies only the calling one, and a lock held by another stays held), no fd besides 0-2, the
- * control socket, S's and our PID namespace (each C closes those). */
+ * control socket, S's and corral-init's (each C closes those). */
 static void step_check_inherited(void)
 {
 	char err[256], path[64], target[128];
@@ -349,7 +346,7 @@ static void step_check_inherited(void)
 	while (d && (e = readdir(d)) != NULL) {
 		fd = atoi(e->d_name);
 		if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd <= 2 || fd == z.ctl ||
-		    fd == z.spawner || fd == z.pidns || fd == direct_fd() || fd == dirfd(d))
+		    fd == z.spawner || fd == direct_fd() || fd == dirfd(d))
 			continue;
 		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
 		n = readlink(path, target, sizeof target - 1);

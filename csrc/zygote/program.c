@@ -409,12 +409,15 @@ static int answer(int sock, const char *what, long v)
 	return n < 0 ? -1 : 0;
 }
 
-/* In B's PID namespace (setns done): I, sharing our memory, forks C and exits; C is then B's.
- * C's pid in the namespace, or -1 with errno. */
+/* I, sharing our memory, enters B's PID namespace for its children (setns: ours is not changed,
+ * so the direct runs' clones still make their PID namespaces as children of ours, which a
+ * zygote without root could not come back to) and vforks I2 there, which forks C and exits: C,
+ * orphaned in the namespace, becomes the child of its init B. C's pid in the namespace, or -1
+ * with errno. */
 static pid_t fork_orphan(const struct zygote *z, struct plan *p, int mask, const int *fds,
 			 int nfds, int rfd, int cg, const char *mounts)
 {
-	static volatile pid_t cpid;     /* written by I, in our memory */
+	static volatile pid_t cpid;     /* written by I2, in our memory */
 	static volatile int cerr;
 	static int sync[2];             /* C waits on it until I is reaped */
 	pid_t i;
@@ -426,12 +429,28 @@ static pid_t fork_orphan(const struct zygote *z, struct plan *p, int mask, const
 	cerr = 0;
 	i = vfork();
 	if (i == 0) {
-		pid_t c = fork();
+		pid_t i2;
+		int st2;
 
-		if (c == 0)
-			c_main(z, p, mask, fds, nfds, rfd, cg, mounts, sync);
-		cpid = c;
-		cerr = errno;
+		if (setns(fds[ns_fd_index(CLONE_NEWPID)], CLONE_NEWPID) != 0) {
+			cerr = errno;
+			_exit(0);
+		}
+		i2 = vfork();
+		if (i2 == 0) {
+			pid_t c = fork();
+
+			if (c == 0)
+				c_main(z, p, mask, fds, nfds, rfd, cg, mounts, sync);
+			cpid = c;
+			cerr = errno;
+			_exit(0);
+		}
+		if (i2 < 0)
+			cerr = errno;
+		else
+			while (waitpid(i2, &st2, 0) < 0 && errno == EINTR)
+				;
 		_exit(0);
 	}
 	err = errno;
@@ -482,15 +501,8 @@ pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int 
 	}
 	if (plan.seccomp != PLAN_MECH_OFF)
 		request_filter(z, &plan);
-	if (setns(fds[ns_fd_index(CLONE_NEWPID)], CLONE_NEWPID) != 0) {
-		err = errno;
-	} else {
-		pid = fork_orphan(z, &plan, mask, fds, nfds, rfd, cg, argv[4]);
-		err = pid < 0 ? errno : 0;
-		/* back to our own PID namespace for the next children (refused without root: every
-		 * fork of ours is into a run's namespace anyway, entered first) */
-		setns(z->pidns, CLONE_NEWPID);
-	}
+	pid = fork_orphan(z, &plan, mask, fds, nfds, rfd, cg, argv[4]);
+	err = pid < 0 ? errno : 0;
 	plan_free(&plan);
 out:
 	*mntns = -1;

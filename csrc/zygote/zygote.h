@@ -54,7 +54,6 @@ struct zygote {
 	size_t nenv;
 	int spawner;            /* the socket to S */
 	pid_t spawner_pid;
-	int pidns;              /* our own PID namespace, to come back to after forking a C */
 	int broken;             /* S is gone: no new run can start; exit once the runs are done */
 };
 
