@@ -42,6 +42,16 @@ end
 
 local function int(x) return x and math.tointeger(x) end
 
+-- A plan's launcher arguments with more options before its "--" (the program's command line).
+local function with_options(args, ...)
+  local out, more = {}, { ... }
+  for _, a in ipairs(args) do
+    if a == "--" then for _, m in ipairs(more) do out[#out + 1] = m end end
+    out[#out + 1] = a
+  end
+  return out
+end
+
 -- A raw wait status, as text: "exit N" or "signal N".
 local function how(status)
   status = int(status)
@@ -645,11 +655,7 @@ time.sleep(0.2)
     local code = "import os\nprint(os.getpid(), os.getppid(), open('/proc/1/comm').read().strip())"
     local p1, p2 = Z.plan(code), Z.plan(code)
     -- a run cgroup (here one that cannot be used: refused, and the budgets polled) goes by S
-    local args = {}
-    for _, a in ipairs(p2.args) do
-      if a == "--" then args[#args + 1] = "--cgroup"; args[#args + 1] = "/nonexistent/corral-spec" end
-      args[#args + 1] = a
-    end
+    local args = with_options(p2.args, "--cgroup", "/nonexistent/corral-spec")
     local out = Z.drive({ { op = "ready" }, Z.run_step(1, p1.args), { op = "wait" },
       Z.run_step(2, args), { op = "wait" }, { op = "close" } }, zargs())
     p1.close()
@@ -689,11 +695,7 @@ time.sleep(0.2)
     -- one argument over the kernel's limit for one (128 KiB): corral-init's execve says E2BIG
     local code = "import os\nprint(os.getpid(), len(os.environ.get('BIG', '')))"
     local p1, p2 = Z.plan(code), Z.plan(code)
-    local args = {}
-    for _, a in ipairs(p1.args) do
-      if a == "--" then args[#args + 1] = "--env"; args[#args + 1] = "BIG=" .. ("x"):rep(200000) end
-      args[#args + 1] = a
-    end
+    local args = with_options(p1.args, "--env", "BIG=" .. ("x"):rep(200000))
     local out = Z.drive({ { op = "ready" }, Z.run_step(1, args), { op = "wait" },
       Z.run_step(2, p2.args), { op = "wait" }, { op = "close" } }, zargs())
     p1.close()
@@ -757,15 +759,9 @@ time.sleep(0.2)
   it("leaves nothing of a request in the memory the next run is forked from", function()
     local secret = hex(16)
     local p1 = Z.plan("print('one')")
-    local args = {}
-    for _, a in ipairs(p1.args) do
-      -- after padding: beyond the end of the next request, which does not overwrite it
-      if a == "--" then
-        args[#args + 1] = "--env"; args[#args + 1] = "PAD=" .. ("x"):rep(4000)
-        args[#args + 1] = "--env"; args[#args + 1] = "ZYGOTE_SECRET=" .. secret
-      end
-      args[#args + 1] = a
-    end
+    -- after padding: beyond the end of the next request, which does not overwrite it
+    local args = with_options(p1.args, "--env", "PAD=" .. ("x"):rep(4000),
+      "--env", "ZYGOTE_SECRET=" .. secret)
     -- the second run scans its own memory for the first one's secret: its first half, followed
     -- by bytes of the secret's SHA-256 (so that the whole secret is nowhere in its own memory)
     local digest = H.sh("printf %s " .. secret .. " | sha256sum"):match("^(%x+)")
