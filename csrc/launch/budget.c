@@ -419,7 +419,7 @@ static unsigned long long ticks_us(unsigned long long ticks)
  *   integral  every process's own CPU as the ticks saw it grow,
  * both lower bounds: the first misses the processes the kernel reaped with no trace (their
  * parent ignores SIGCHLD), the second what a process spent after the last tick that saw it. */
-static void measure_walk(void)
+static void measure_walk(int walk)
 {
 	struct rusage ru;
 	unsigned long long reaped = 0, cpu;
@@ -427,9 +427,13 @@ static void measure_walk(void)
 	/* Before the walk: what we reaped is in here, what we did not yet is still in /proc. */
 	if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
 		reaped = tv_us(&ru.ru_utime) + tv_us(&ru.ru_stime);
-	walk_run();
-	bud.integral_ticks += W.own_new;
-	bud.live_us = ticks_us(W.full_ticks);
+	if (walk) {
+		walk_run();
+		bud.integral_ticks += W.own_new;
+		bud.live_us = ticks_us(W.full_ticks);
+	} else {
+		bud.live_us = 0;        /* all reaped: nothing left to walk */
+	}
 	cpu = reaped + bud.live_us;
 	if (ticks_us(bud.integral_ticks) > cpu)
 		cpu = ticks_us(bud.integral_ticks);
@@ -485,7 +489,7 @@ static int measure_poll(void)
 {
 	unsigned long long kb;
 
-	measure_walk();
+	measure_walk(1);
 	kb = charged_kb(W.pages * bud.page_kb);
 	if (kb > bud.peak_kb)
 		bud.peak_kb = kb;
@@ -910,7 +914,7 @@ int budget_check(void)
 	return over;
 }
 
-void budget_finish(void)
+void budget_finish(int empty)
 {
 	long long v;
 
@@ -936,7 +940,7 @@ void budget_finish(void)
 		bud.live_us = 0;
 		cg_remove();
 	} else if (bud.on) {
-		measure_walk(); /* what is still alive: normally nothing, the run was reaped */
+		measure_walk(!empty);   /* what is still alive: normally nothing, the run was reaped */
 	}
 }
 

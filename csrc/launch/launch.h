@@ -285,6 +285,8 @@ struct prog {
 	int fatal_err;
 	int reaped;
 	int wstatus;
+	int empty;              /* the namespace's init reaped all it had (ECHILD): nothing of the
+				 * run is left but itself */
 };
 
 /* One read of C's pipe (blocks when nothing is there); at EOF, C's pid line unless a fatal one
@@ -336,8 +338,9 @@ int budget_active(void);        /* 1: a budget or a run cgroup (the run is kille
 int budget_wait_ms(void);       /* ms to the next tick (0: due), or -1: no budget, wait forever */
 int budget_check(void);         /* when the tick is due, measure: 1 when over a budget (the
 				 * exceeded line is written): end the run */
-void budget_finish(void);       /* the run is over, before status: final measure, the run
-				 * cgroup emptied and removed */
+void budget_finish(int empty);  /* the run is over, before status: final measure (no walk of
+				 * /proc when empty: the caller reaped every process of the run),
+				 * the run cgroup emptied and removed */
 void budget_report_total(const struct rusage *ru);     /* "total", after usage */
 void budget_cleanup(void);      /* A at the end, whatever happened: the run cgroup is removed */
 

@@ -46,7 +46,7 @@ void prog_finish(struct prog *c, struct outcome *out)
 	struct rusage ru;
 	int st = c->reaped ? c->wstatus : SIGKILL;  /* never reaped: it died with the tree */
 
-	budget_finish();
+	budget_finish(c->empty);
 	if (c->have_fatal) {
 		int w = c->fatal_what;
 
@@ -150,6 +150,9 @@ void init_kill_all(struct prog *c)
 			c->wstatus = st;
 		}
 	}
+	/* An init without children has nothing of its namespace left: every process there is its
+	 * descendant, or was re-parented to it. */
+	c->empty = errno == ECHILD;
 	while (c->errfd >= 0)
 		prog_read(c);   /* C is dead: does not block */
 }

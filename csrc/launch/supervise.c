@@ -330,7 +330,7 @@ static void run_pidns(struct launch *L, struct outcome *out)
 		/* B did not tell: it was killed before C was reaped. */
 		struct rusage ru;
 
-		budget_finish();
+		budget_finish(0);
 		report_status(SIGKILL);
 		if (getrusage(RUSAGE_CHILDREN, &ru) == 0) {
 			report_usage(&ru);
