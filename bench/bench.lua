@@ -8,6 +8,10 @@
 --    case is warmed up, then the cases run round-robin, so that machine drift hits all alike:
 --    median, p99, and the ratio of the median to bare Python's of the same run. A heavy-import
 --    program (json, decimal, … csv, and numpy when installed) bare, under `default` and `warm`.
+--    A reference row, the floor of any warm run: Python itself, with warm's modules imported,
+--    forking a child that runs print('hello') into a pipe and exits, timed inside that process
+--    from the fork to the child's reaping (a python3 per round, two untimed forks first, then
+--    three timed).
 -- 2. Throughput: runs/s at concurrency 1, 2 and 8 through the library (each policy) and through
 --    `corral serve` (wrk -c2, -c8), in interleaved chunks after a warm-up chunk, with the
 --    controller's own CPU per run (the bench process's getrusage for the library; /proc/PID/stat of
@@ -477,6 +481,53 @@ local function lib_case(code, pol, want)
   end
 end
 
+-- The floor: what a fork of a warmed python3 costs with nothing of corral's around it. The
+-- samples are the process's own (fork to reaping), not the wall time of its start.
+local FLOOR = [[
+import gc, os, sys, time
+for m in sys.argv[1].split(","):
+    if m:
+        __import__(m)
+compile("def f(a, *b, **c):\n    return [x for x in b if x]\n", "<w>", "exec")
+gc.collect()
+gc.freeze()
+src = sys.argv[2]
+times = []
+for i in range(5):
+    r, w = os.pipe()
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.dup2(w, 1)
+        exec(compile(src, "main.py", "exec"), {"__name__": "__main__"})
+        sys.stdout.flush()
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    dt = time.perf_counter() - t0
+    out = os.read(r, 100)
+    os.close(r)
+    if out != b"hello\n":
+        sys.exit("the child printed %r" % out)
+    if i >= 2:
+        times.append(dt)
+print(" ".join("%.9f" % t for t in times))
+]]
+local function floor_case()
+  local ok, wp = pcall(function() return require("corral.policy").load("warm") end)
+  local mods = table.concat(ok and wp.warm and wp.warm.preload or {}, ",")
+  return function()
+    local r, err = spawn_wait(PY, { "-I", "-c", FLOOR, mods, HELLO })
+    if not r then return false, err end
+    if r.exit_status ~= 0 then return false, exit_text(r) .. ": " .. r.stderr:sub(1, 200) end
+    local t = {}
+    for v in r.stdout:gmatch("[%d.]+") do t[#t + 1] = tonumber(v) end
+    if #t ~= 3 then return false, "stdout " .. fmt("%q", r.stdout:sub(1, 200)) end
+    return true, nil, t
+  end
+end
+
 local code_file = tmpdir .. "/hello.py"
 assert(core.write_file(code_file, HELLO))
 local CLI_OK = '"stdout":"hello\\n"'
@@ -486,6 +537,7 @@ local cases = {}
 local function add(id, label, fn, group) cases[#cases + 1] = { id = id, label = label, fn = fn, group = group or "hello", t = {}, fails = 0 } end
 if opt.only.latency then
   add("bare", "bare python3 -I -c", proc_case({ PY, "-I", "-c", HELLO }, "hello\n"))
+  add("floor", "floor: fork of a warmed python3 (no corral)", floor_case())
   if unshare then
     local argv = { table.unpack(unshare) }
     for _, a in ipairs { PY, "-I", "-c", HELLO } do argv[#argv + 1] = a end
@@ -515,10 +567,11 @@ end
 
 local function timed(c)
   local t0 = hrtime()
-  local ok, err = c.fn()
+  local ok, err, inner = c.fn()
   local dt = hrtime() - t0
   if ok then
-    c.t[#c.t + 1] = dt
+    -- a case that times itself (the floor) gives its own samples
+    for _, v in ipairs(inner or { dt }) do c.t[#c.t + 1] = v end
   else
     c.fails = c.fails + 1
     c.first_err = c.first_err or err
@@ -828,8 +881,10 @@ end
 do
   local w = stats.serve_warm
   local r = w and bare and w.median / bare
+  local f = stats.floor and bare and stats.floor.median / bare
   target("warm median through corral serve <= 0.15x bare", r and fmt("%.2fx (%.2f ms)", r, w.median * 1000),
-    r and r <= 0.15 and not failed_any("serve_warm", "bare"), warm_note or (not w and serve_reason) or nil)
+    r and r <= 0.15 and not failed_any("serve_warm", "bare"), warm_note or (not w and serve_reason)
+      or (f and fmt("the floor, a warmed python3's own fork: %.2fx", f)) or nil)
 end
 do
   local r = tp("serve", "warm", 8)
