@@ -361,14 +361,15 @@ function Policy:launch_args(opts, run, host)
   if self.filesystem and self.filesystem ~= "off" then
     add("--landlock", self.filesystem)
     local ro, rw = self:filesystem_rules(opts, run)
-    for _, p in ipairs(ro) do add("--fs-ro", p) end
-    for _, p in ipairs(rw) do add("--fs-rw", p) end
+    for _, p in ipairs(ro) do a[n + 1], a[n + 2], n = "--fs-ro", p, n + 2 end
+    for _, p in ipairs(rw) do a[n + 1], a[n + 2], n = "--fs-rw", p, n + 2 end
     if self.deny_tcp == "always" or (self.deny_tcp and own_netns) then add("--deny-tcp") end
     if self.scope ~= false then add("--scope") end
   end
   if self.seccomp and self.seccomp ~= "off" then
     add("--seccomp", self.seccomp)
-    for _, name in ipairs(self.deny_syscalls or {}) do add("--deny-syscall", name) end
+    -- inline: the longest list of a run's arguments, on the path of every run
+    for _, name in ipairs(self.deny_syscalls or {}) do a[n + 1], a[n + 2], n = "--deny-syscall", name, n + 2 end
     if self.deny_sockets == "always" then
       add("--deny-sockets")
     elseif self.deny_sockets == "without-netns" and own_netns then
@@ -393,7 +394,7 @@ function Policy:launch_args(opts, run, host)
       if self.budgets == "cgroup" then add("--cgroup-require") end
     end
   end
-  for _, e in ipairs(self:environment(opts, run)) do add("--env", e) end
+  for _, e in ipairs(self:environment(opts, run)) do a[n + 1], a[n + 2], n = "--env", e, n + 2 end
   add("--chdir", run.workdir, "--")
   for _, v in ipairs(self:command(opts, run, host)) do a[#a + 1] = v end
   return a
