@@ -23,15 +23,17 @@ end
 function M.parse(text)
   local r = { applied = {}, applied_order = {}, refused = {} }
   if type(text) ~= "string" then return r end
-  for line in gmatch(text, "[^\n]+") do
-    local kind, rest = match(line, "^(%a[%w%-]*) ?(.*)$")
+  -- each line that starts with a record's name: the newline put in front makes the first line
+  -- one, and keeps a name in the middle of a line from counting
+  for kind, rest in gmatch("\n" .. text, "\n(%a[%w%-]*) ?([^\n]*)") do
     if kind == "corral-launch" then
       r.version = int(rest)
     elseif kind == "applied" then
-      -- the name, then " VALUE" in a second match: "^([%w%-]+) ?(%S*)$" in one goes back over
-      -- the name for each of its bytes when the value holds a space (quadratic in the line)
-      local name, tail = match(rest, "^([%w%-]+)(.*)$")
-      local value = tail and match(tail, "^ ?(%S*)$")
+      -- NAME, then " VALUE" or nothing: what follows the value must be empty. The last capture
+      -- always matches, so nothing goes back over the name ("^([%w%-]+) ?(%S*)$" would, for
+      -- each of its bytes, when the value holds a space: quadratic in the line)
+      local name, value, junk = match(rest, "^([%w%-]+) ?(%S*)(.*)$")
+      if junk ~= "" then value = nil end
       if value then
         if r.applied[name] == nil then r.applied_order[#r.applied_order + 1] = name end
         r.applied[name] = (value ~= "" and value) or true
