@@ -25,7 +25,8 @@ empty environment, its control socket on a SOCK_SEQPACKET socketpair. Each step 
                             received; new_filter: a deny list never seen, the filter is built)
   sleep s
 Events are printed as JSON lines: ready, run (per run: pid, status, stdout, stderr, report (those
-three in hex), error, times), message (anything unexpected), exit (the zygote's), times; the last line is {"event": "done"}.
+three in hex), error, times; for a direct run, ended (its status in the ended message, before
+exit) and pidfd_pid (the pid its pid message's fd is a pidfd of)), message (anything unexpected), exit (the zygote's), times; the last line is {"event": "done"}.
 """
 import json
 import os
@@ -61,6 +62,8 @@ class Run:
     def __init__(self, rid):
         self.id = rid
         self.pid = None
+        self.pidfd_pid = None
+        self.ended = None
         self.status = None
         self.error = None
         self.out = {"stdout": b"", "stderr": b"", "report": b""}
@@ -76,7 +79,7 @@ class Run:
     def event(self):
         return {
             "event": "run", "id": self.id, "pid": self.pid, "status": self.status,
-            "error": self.error,
+            "error": self.error, "ended": self.ended, "pidfd_pid": self.pidfd_pid,
             # hex: the bytes as they came
             "stdout": self.out["stdout"].hex(),
             "stderr": self.out["stderr"].hex(),
@@ -99,17 +102,27 @@ class Driver:
         self.eof = False
         self.unexpected = 0
 
-    def message(self, fields):
+    def message(self, fields, fds=()):
         kind = fields[0] if fields else ""
         if kind == "ready" or kind == "failed":
             self.ready = fields
             emit({"event": "ready", "fields": fields})
             return
-        if kind in ("pid", "exit", "error") and len(fields) == 3 and fields[1] in self.runs:
+        if kind in ("pid", "ended", "exit", "error") and len(fields) == 3 and fields[1] in self.runs:
             r = self.runs[fields[1]]
             if kind == "pid":
                 r.pid = int(fields[2])
                 r.t_pid = time.monotonic()
+                for fd in fds:
+                    with open("/proc/self/fdinfo/%d" % fd) as f:
+                        for line in f:
+                            if line.startswith("Pid:"):
+                                r.pidfd_pid = int(line.split()[1])
+            elif kind == "ended":
+                if r.status is not None:
+                    self.unexpected += 1
+                    emit({"event": "message", "fields": fields, "why": "ended after exit"})
+                r.ended = int(fields[2])
             elif kind == "exit":
                 r.status = int(fields[2])
                 r.t_exit = time.monotonic()
@@ -123,15 +136,18 @@ class Driver:
         for key, _ in self.sel.select(timeout):
             what, run = key.data
             if what == "ctl":
+                fds = []
                 try:
-                    data = self.sock.recv(1 << 20)
+                    data, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, 4)
                 except ConnectionResetError:
                     data = b""
                 if not data:
                     self.sel.unregister(self.sock)
                     self.eof = True
                     continue
-                self.message([f.decode("utf-8", "replace") for f in data.split(b"\0")[:-1]])
+                self.message([f.decode("utf-8", "replace") for f in data.split(b"\0")[:-1]], fds)
+                for fd in fds:
+                    os.close(fd)
             else:
                 data = os.read(key.fd, 65536)
                 if data:

@@ -665,9 +665,29 @@ time.sleep(0.2)
     assert.are.equal("2 1 corral-init\n", out.runs["1"].stdout, out.runs["1"].stderr)
     assert.are.equal("exit 0", how(out.runs["1"].status))
     assert.is_truthy(out.runs["1"].report:find("applied pid-namespace", 1, true))
+    -- its pid message carried the init's pidfd, and `ended` came before `exit`, with its status
+    assert.are.equal(out.runs["1"].pid, out.runs["1"].pidfd_pid)
+    assert.are.equal(0, out.runs["1"].ended)
     -- by S, A and B: the program is pid 3 (the helper that forked it took 2), under B, a copy of S
     assert.are.equal("3 1 corral-spawner\n", out.runs["2"].stdout, out.runs["2"].stderr)
     assert.is_truthy(out.runs["2"].report:find("refused cgroup", 1, true), out.runs["2"].report)
+    -- neither a pidfd nor `ended`: the run ends at A's reaping
+    assert.is_nil(out.runs["2"].pidfd_pid)
+    assert.is_nil(out.runs["2"].ended)
+  end)
+
+  it("tells a direct run's end before its init is reaped, with the program's exit code or signal", function()
+    local p1 = Z.plan("import sys\nsys.exit(7)")
+    local p2 = Z.plan("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)")
+    local out = Z.drive({ { op = "ready" }, Z.run_step(1, p1.args), Z.run_step(2, p2.args), { op = "wait" },
+      { op = "close" } }, zargs())
+    p1.close()
+    p2.close()
+    assert.are.same({}, out.messages)  -- `ended` after `exit` is one
+    assert.are.equal("exit 7", how(out.runs["1"].status), out.runs["1"].stderr)
+    assert.are.equal(out.runs["1"].status, out.runs["1"].ended)
+    assert.are.equal("signal 15", how(out.runs["2"].status), out.runs["2"].stderr)
+    assert.are.equal(out.runs["2"].status, out.runs["2"].ended)
   end)
 
   it("runs by its spawner when corral-init cannot be executed, and says nothing of it to the run", function()

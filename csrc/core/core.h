@@ -94,7 +94,8 @@ void corral_proc_open(lua_State *L);          /* registers the corral.proc metat
 void corral_runs_shutdown(corral_loop *cl);
 
 /* What zygote.c tells a run started through it. */
-void corral_run_zygote_pid(struct corral_run *r, int pid);
+void corral_run_zygote_pid(struct corral_run *r, int pid, int pidfd); /* pidfd: ours, or -1 */
+void corral_run_zygote_ended(struct corral_run *r, int exit_status, int term_signal);
 void corral_run_zygote_exit(struct corral_run *r, int exit_status, int term_signal);
 void corral_run_zygote_failed(struct corral_run *r, const char *why);
 

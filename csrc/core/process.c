@@ -16,6 +16,7 @@
 #include "core.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -81,8 +82,9 @@ struct corral_run {
   int term_signal;
   const char *overflow;
   struct corral_zlink *zl; /* started through a warm interpreter (zygote.c) */
-  uv_poll_t pidpoll;       /* spawned by posix_spawn: readable once the child exited */
-  int pidfd;               /* -1: none */
+  uv_poll_t pidpoll;       /* readable once the child exited (posix_spawn), or the zygote's
+                            * direct run, which has ended, is gone (corral_run_zygote_ended) */
+  int pidfd;               /* -1: none; for a zygote's direct run, the zygote's pidfd of it */
   char *zerror;            /* ... which could not start it, or went away */
   unsigned pidpoll_init : 1;
   unsigned process_init : 1, spawned : 1, exited : 1, ending : 1, finishing : 1;
@@ -266,7 +268,11 @@ static void pidfd_cb(uv_poll_t *h, int status, int events) {
 
 /* ---- runs started by a zygote (zygote.c calls these) ------------------------------------------ */
 
-void corral_run_zygote_pid(corral_run *r, int pid) {
+void corral_run_zygote_pid(corral_run *r, int pid, int pidfd) {
+  if (pidfd >= 0 && (r->pidfd >= 0 || r->exited))
+    close(pidfd);
+  else if (pidfd >= 0)
+    r->pidfd = pidfd;
   r->pid = pid;
   if (r->ud) r->ud->pid = pid;
   if (r->ending) { /* a kill came before the pid: deliver what is due now */
@@ -276,11 +282,44 @@ void corral_run_zygote_pid(corral_run *r, int pid) {
 }
 
 void corral_run_zygote_exit(corral_run *r, int exit_status, int term_signal) {
+  if (r->pidpoll_init) close_handle((uv_handle_t *)&r->pidpoll);
   if (!r->exited) run_exited(r, exit_status, term_signal);
+}
+
+/* The direct run's init, gone: the run ended with the status the zygote gave before. */
+static void zpid_cb(uv_poll_t *h, int status, int events) {
+  corral_run *r = (corral_run *)h->data;
+  (void)status;
+  (void)events;
+  close_handle((uv_handle_t *)&r->pidpoll);
+  if (!r->exited) run_exited(r, r->exit_status, r->term_signal);
+}
+
+/* A direct run's program has ended and the rest of its namespace is gone; its init, the run's
+ * process, exits next. With the init's pidfd, the run ends once that is readable (the init has
+ * exited: nothing of the run is left); without one, at the zygote's exit message. */
+void corral_run_zygote_ended(corral_run *r, int exit_status, int term_signal) {
+  struct pollfd p;
+  if (r->exited || r->pidfd < 0 || r->pidpoll_init) return;
+  p.fd = r->pidfd;
+  p.events = POLLIN;
+  p.revents = 0;
+  if (poll(&p, 1, 0) == 1) {
+    run_exited(r, exit_status, term_signal);
+    return;
+  }
+  r->exit_status = exit_status; /* kept for zpid_cb: not exited yet */
+  r->term_signal = term_signal;
+  if (uv_poll_init(&r->cl->loop, &r->pidpoll, r->pidfd) != 0) return; /* then at exit */
+  r->pidpoll.data = r;
+  r->pidpoll_init = 1;
+  r->handles++;
+  if (uv_poll_start(&r->pidpoll, UV_READABLE, zpid_cb) != 0) close_handle((uv_handle_t *)&r->pidpoll);
 }
 
 void corral_run_zygote_failed(corral_run *r, const char *why) {
   if (r->zerror == NULL) r->zerror = strdup(why ? why : "failed");
+  if (r->pidpoll_init) close_handle((uv_handle_t *)&r->pidpoll);
   if (r->exited) return;
   if (r->pid > 0) signal_group(r, SIGKILL); /* A dies with its zygote; its group may not */
   run_exited(r, -1, 0);

@@ -5,7 +5,10 @@
  * fd 3. Messages are NUL-terminated strings:
  *   zygote -> host  ready {line}        once, when the interpreter is warm (or: failed MESSAGE)
  *   host -> zygote  run ID {ARG}        + SCM_RIGHTS: the run's stdin, stdout, stderr, report
- *   zygote -> host  pid ID PID          process A was forked (a pid of our namespace)
+ *   zygote -> host  pid ID PID          process A was forked (a pid of our namespace); for a
+ *                                       direct run, with its pidfd (SCM_RIGHTS)
+ *                   ended ID STATUS     a direct run's program ended, and its init exits next:
+ *                                       the run ends once the init's pidfd is readable
  *                   exit ID STATUS      A was reaped (a raw wait status)
  *                   error ID MESSAGE    the request could not be started
  * The zygote exits when its end reaches EOF, and dies with the controller.
@@ -226,12 +229,17 @@ static void keep_info(struct corral_zygote *z, const char *p, size_t n) {
   z->info_len = n;
 }
 
-static void on_message(struct corral_zygote *z, char *buf, size_t n) {
+/* One message, with the fd it carried (ours: closed unless a run takes it), or -1. */
+static void on_message(struct corral_zygote *z, char *buf, size_t n, int fd) {
   const char *s[3];
   int c = split(buf, n, s, 3);
   uint64_t id;
   struct corral_zlink *k;
 
+  if (c < 1 || strcmp(s[0], "pid") != 0 || c < 3 || parse_u64(s[1], &id) != 0 || find_link(z, id) == NULL) {
+    if (fd >= 0) close(fd); /* only a pid message of a run we know carries one */
+    fd = -1;
+  }
   if (c < 1) return;
   if (strcmp(s[0], "ready") == 0 || strcmp(s[0], "failed") == 0) {
     size_t tag = strlen(s[0]) + 1;
@@ -242,9 +250,19 @@ static void on_message(struct corral_zygote *z, char *buf, size_t n) {
   if (c < 3 || parse_u64(s[1], &id) != 0 || (k = find_link(z, id)) == NULL) return;
   if (strcmp(s[0], "pid") == 0) {
     uint64_t pid;
-    if (parse_u64(s[2], &pid) != 0 || pid < 2 || pid > INT32_MAX || k->started) return;
+    if (parse_u64(s[2], &pid) != 0 || pid < 2 || pid > INT32_MAX || k->started) {
+      if (fd >= 0) close(fd);
+      return;
+    }
     k->started = 1;
-    corral_run_zygote_pid(k->run, (int)pid);
+    corral_run_zygote_pid(k->run, (int)pid, fd);
+  } else if (strcmp(s[0], "ended") == 0) {
+    uint64_t st;
+    if (parse_u64(s[2], &st) != 0 || st > INT32_MAX || k->run == NULL) return;
+    if (WIFSIGNALED((int)st))
+      corral_run_zygote_ended(k->run, 0, WTERMSIG((int)st));
+    else
+      corral_run_zygote_ended(k->run, WEXITSTATUS((int)st), 0);
   } else if (strcmp(s[0], "exit") == 0) {
     uint64_t st;
     struct corral_run *r = k->run;
@@ -262,6 +280,39 @@ static void on_message(struct corral_zygote *z, char *buf, size_t n) {
 
 static void zygote_gone(struct corral_zygote *z, const char *why);
 
+/* recv() of one message and of the fd it may carry (*fd, close-on-exec; -1: none). Any other
+ * fd that came with it is closed. */
+static ssize_t recv_fd(int sock, char *buf, size_t len, int *fd) {
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * 4)];
+  } u;
+  struct iovec iov = {buf, len};
+  struct msghdr m;
+  struct cmsghdr *c;
+  ssize_t n;
+  memset(&m, 0, sizeof m);
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = u.buf;
+  m.msg_controllen = sizeof u.buf;
+  *fd = -1;
+  n = recvmsg(sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      size_t i, k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (i = 0; i < k; i++) {
+        int f;
+        memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
+        if (*fd < 0) *fd = f;
+        else close(f);
+      }
+    }
+  }
+  return n;
+}
+
 static void poll_cb(uv_poll_t *h, int status, int events) {
   struct corral_zygote *z = (struct corral_zygote *)h->data;
   /* An error (libuv says EBADF for POLLERR: a reset when the zygote exited with requests
@@ -271,8 +322,9 @@ static void poll_cb(uv_poll_t *h, int status, int events) {
     int reset = 0;
     for (;;) {
       ssize_t n;
+      int fd = -1;
       do
-        n = recv(z->fd, z->cl->scratch, sizeof z->cl->scratch, MSG_DONTWAIT);
+        n = recv_fd(z->fd, z->cl->scratch, sizeof z->cl->scratch, &fd);
       while (n < 0 && errno == EINTR);
       /* A reset (it exited with requests unread) is reported once, possibly before what it
        * sent last: read on until nothing is left */
@@ -281,7 +333,7 @@ static void poll_cb(uv_poll_t *h, int status, int events) {
         continue;
       }
       if (n > 0) {
-        on_message(z, z->cl->scratch, (size_t)n);
+        on_message(z, z->cl->scratch, (size_t)n, fd);
         if (z->fd < 0) return;
         continue;
       }

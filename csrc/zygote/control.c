@@ -3,7 +3,8 @@
  *
  * The zygote never blocks on the host: a message that does not fit in the socket's buffer now is
  * queued, and sent when poll() says POLLOUT. The queue holds at most two messages per run (pid,
- * exit), so it is bounded by the runs the host started.
+ * exit), so it is bounded by the runs the host started. A message to the host carries at most
+ * one fd (a direct run's pid message: P's pidfd), which the queue owns until it is sent.
  */
 #include "zygote.h"
 
@@ -15,6 +16,7 @@
 
 struct out {
 	struct out *next;
+	int fd;                 /* sent with the message (SCM_RIGHTS), then closed; -1: none */
 	size_t len;
 	char buf[];
 };
@@ -52,13 +54,33 @@ void strv_free(struct strv *s)
 	s->n = s->cap = 0;
 }
 
-/* One send of a whole record: 1 sent, 0 the socket is full, -1 error. */
-static int send_one(int fd, const char *buf, size_t len)
+/* One send of a whole record, with its fd: 1 sent, 0 the socket is full, -1 error. */
+static int send_one(int fd, const struct out *o)
 {
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec iov = { (void *)o->buf, o->len };
+	struct msghdr m;
 	ssize_t n;
 
+	memset(&m, 0, sizeof m);
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	if (o->fd >= 0) {
+		struct cmsghdr *c;
+
+		m.msg_control = u.buf;
+		m.msg_controllen = sizeof u.buf;
+		c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &o->fd, sizeof(int));
+	}
 	do
-		n = send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
 	if (n >= 0)
 		return 1;       /* a record goes whole or not at all */
@@ -71,7 +93,7 @@ int ctl_flush(int fd)
 {
 	while (head) {
 		struct out *o = head;
-		int r = send_one(fd, o->buf, o->len);
+		int r = send_one(fd, o);
 
 		if (r < 0)
 			return -1;
@@ -80,6 +102,8 @@ int ctl_flush(int fd)
 		head = o->next;
 		if (!head)
 			tail = NULL;
+		if (o->fd >= 0)
+			close(o->fd);
 		free(o);
 	}
 	return 0;
@@ -92,6 +116,11 @@ int ctl_queued(void)
 
 int ctl_send(int fd, const char *const *fields, size_t n)
 {
+	return ctl_send_fd(fd, fields, n, -1);
+}
+
+int ctl_send_fd(int fd, const char *const *fields, size_t n, int passfd)
+{
 	struct out *o;
 	size_t i, len = 0, off = 0;
 
@@ -99,9 +128,12 @@ int ctl_send(int fd, const char *const *fields, size_t n)
 		len += strlen(fields[i]) + 1;
 	o = malloc(sizeof *o + len);
 	if (!o) {
+		if (passfd >= 0)
+			close(passfd);
 		errno = ENOMEM;
 		return -1;
 	}
+	o->fd = passfd;
 	for (i = 0; i < n; i++) {
 		size_t l = strlen(fields[i]) + 1;
 

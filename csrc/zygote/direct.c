@@ -8,9 +8,10 @@
  * the fork of C (a copy of the warm interpreter, as the helper I's fork is on the other path),
  * and the execve of corral-init (csrc/init), which takes the launcher's steps and the init's
  * mounts, lets C go on with the mounts' state, waits for the run as the launcher's init does
- * and writes C's outcome on a pipe to the zygote. P's pid is the run's pid for the host, and
- * when it has been reaped the outcome read from the pipe is the run's status (an init cannot end
- * by C's signal on itself, as A did).
+ * and writes C's outcome on a pipe to the zygote. P's pid is the run's pid for the host. The
+ * outcome is the run's status (an init cannot end by C's signal on itself, as A did): the zygote
+ * sends it as soon as it is on the pipe (request.c), when nothing of the run is left but P; if P
+ * ends without one, P's own wait status once it is reaped.
  *
  * P writes into the zygote's memory: what the launcher's files keep for a run is reset first
  * (launch_state_reset), the plan is the zygote's (parsed here, freed after the execve), and the
@@ -339,9 +340,10 @@ pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds
 	return pid;
 }
 
-/* The run's status once P (corral-init) is reaped: C's outcome when corral-init wrote it, else
- * P's own wait status (killed; or P ended before C, after a fatal line). */
-int direct_status(int outr, int wstatus)
+/* C's outcome as corral-init wrote it on the run's outcome pipe (read once the pipe is readable,
+ * or once P is reaped), as a wait status in *status: 1; or 0 when there is none, because P ended
+ * without writing it (killed; or it ended before C, after a fatal line). */
+int direct_outcome(int outr, int *status)
 {
 	struct outcome o;
 	ssize_t n;
@@ -350,8 +352,10 @@ int direct_status(int outr, int wstatus)
 		n = read(outr, &o, sizeof o);
 	while (n < 0 && errno == EINTR);
 	if (n != (ssize_t)sizeof o)
-		return wstatus;
+		return 0;
 	if (o.kind == OUTCOME_SIGNAL && o.value > 0 && o.value < 128)
-		return o.value;         /* as a process killed by that signal, without a core */
-	return (o.value & 0xff) << 8;
+		*status = o.value;      /* as a process killed by that signal, without a core */
+	else
+		*status = (o.value & 0xff) << 8;
+	return 1;
 }

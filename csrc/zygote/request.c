@@ -9,6 +9,12 @@
  * When A has been reaped, Z says `exit\0ID\0STATUS` (A's raw wait status): C was B's child, and
  * B was reaped by A. A request that cannot start gets `error\0ID\0WHY` and nothing else.
  *
+ * A direct run (direct.c) is P, the init of its namespaces: its pid message carries P's pidfd,
+ * and once P has written C's outcome (its last act, with nothing of the run left but itself), Z
+ * says `ended\0ID\0STATUS` at once. The host, which then has only P's exit to wait for, waits
+ * for it on the pidfd instead of for Z's reaping and message. `exit` follows at P's reaping, as
+ * for every run.
+ *
  * A checks what only the zygote forbids (a network or user namespace other than the zygote's,
  * no PID namespace, another interpreter, other interpreter options, another locale) and writes a
  * usage error to the run's stderr as the launcher writes its own ("corral-zygote: ...", exit 2).
@@ -23,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,7 +43,11 @@ struct run {
 	pid_t pid;              /* A */
 	int sock;               /* Z's end of the run's socket (B's request); -1: closed */
 	int mntns;              /* the run's mount namespace, held (see run_remove); -1: none */
-	int outr;               /* a direct run (direct.c): its outcome pipe; -1: not direct */
+	int outr;               /* a direct run (direct.c): its outcome pipe; -1: not direct, or
+				 * read */
+	int early;              /* its pid message had P's pidfd: `ended` when outr is readable */
+	int ended;              /* `ended` is sent: the status is known */
+	int status;             /* ... this one */
 	uint64_t digest;        /* program_digest() of the request's ID and ARGS */
 	char id[24];
 };
@@ -205,6 +216,9 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 	/* Directly (direct.c), when the run allows it. */
 	pid = direct_start(z, msg, len, fds, &outr, &mntns);
 	if (pid > 0) {
+		const char *f[3] = { "pid", id, num };
+		int pidfd;
+
 		for (i = 0; i < nfds; i++)
 			close(fds[i]);
 		if (runs_add(pid, id, -1, 0) != 0) {
@@ -217,8 +231,12 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		}
 		runs[nruns - 1].outr = outr;
 		runs[nruns - 1].mntns = mntns;
+		/* P is our child, not yet reaped: its pid names it alone. Without a pidfd (a kernel
+		 * before 5.3), the host waits for exit as on the other path. */
+		pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		runs[nruns - 1].early = pidfd >= 0;
 		snprintf(num, sizeof num, "%d", (int)pid);
-		send3(z, "pid", id, num);
+		ctl_send_fd(z->ctl, f, 3, pidfd);       /* a gone host: the loop sees EOF */
 		return;
 	}
 
@@ -296,8 +314,10 @@ int request_reap(struct zygote *z)
 			z->broken = 1;
 		if (!r)
 			continue;
-		if (r->outr >= 0)
-			st = direct_status(r->outr, st);
+		if (r->ended)
+			st = r->status;
+		else if (r->outr >= 0)
+			direct_outcome(r->outr, &st);  /* none: P's own status */
 		snprintf(num, sizeof num, "%d", st);
 		send3(z, "exit", r->id, num);
 		/* every ended run's message before the first namespace's wait */
@@ -321,8 +341,8 @@ size_t request_poll(struct pollfd **pf, size_t *cap, size_t base)
 {
 	size_t i, n = base;
 
-	if (base + nruns > *cap) {
-		size_t c = 2 * (base + nruns);
+	if (base + 2 * nruns > *cap) {
+		size_t c = 2 * (base + 2 * nruns);
 		struct pollfd *p = realloc(*pf, c * sizeof *p);
 
 		if (!p)
@@ -331,14 +351,36 @@ size_t request_poll(struct pollfd **pf, size_t *cap, size_t base)
 		*cap = c;
 	}
 	for (i = 0; i < nruns; i++) {
-		if (runs[i].sock < 0)
-			continue;
-		(*pf)[n].fd = runs[i].sock;
-		(*pf)[n].events = POLLIN;
-		(*pf)[n].revents = 0;
-		n++;
+		int fd[2] = { runs[i].sock, runs[i].early && !runs[i].ended ? runs[i].outr : -1 }, k;
+
+		for (k = 0; k < 2; k++) {
+			if (fd[k] < 0)
+				continue;
+			(*pf)[n].fd = fd[k];
+			(*pf)[n].events = POLLIN;
+			(*pf)[n].revents = 0;
+			n++;
+		}
 	}
 	return n;
+}
+
+/* A direct run's outcome pipe is readable: corral-init wrote C's outcome as its last act, once
+ * it had reaped the rest of the run. `ended` now; P's exit (which the host waits for on its
+ * pidfd) and reaping come next, and `exit` with them. EOF: P ended without an outcome, and its
+ * reaping reports its own status. */
+static void run_outcome(struct zygote *z, struct run *r)
+{
+	char num[16];
+
+	if (!direct_outcome(r->outr, &r->status)) {
+		close(r->outr);
+		r->outr = -1;
+		return;
+	}
+	r->ended = 1;
+	snprintf(num, sizeof num, "%d", r->status);
+	send3(z, "ended", r->id, num);
 }
 
 /* B asks for its program: fork C (program.c). It asks once: then the socket is closed. */
@@ -378,6 +420,10 @@ void request_polled(struct zygote *z, const struct pollfd *pf, size_t base, size
 		for (j = 0; j < nruns; j++) {
 			if (runs[j].sock == pf[i].fd) {
 				run_request(z, &runs[j], buf);
+				break;
+			}
+			if (runs[j].outr == pf[i].fd && runs[j].early && !runs[j].ended) {
+				run_outcome(z, &runs[j]);
 				break;
 			}
 		}

@@ -77,7 +77,7 @@ int direct_fd(void);
  * ENOTSUP: this run goes by S. */
 pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds, int *outr,
 		   int *mntns);
-int direct_status(int outr, int wstatus);       /* the run's status once P is reaped */
+int direct_outcome(int outr, int *status);      /* C's outcome: 1 and the run's status */
 /* In C: the rseq registration again (dropped by the kernel for a CLONE_VM parent). */
 void program_rseq_again(void);
 
@@ -86,6 +86,8 @@ void program_rseq_again(void);
 /* Sends one message of n NUL-terminated fields; queued when the socket is full (sent by
  * ctl_flush). 0, or -1 with errno: the socket is unusable (the host is gone). */
 int ctl_send(int fd, const char *const *fields, size_t n);
+/* The same with an fd (SCM_RIGHTS; -1: none), which it owns from then on and closes once sent. */
+int ctl_send_fd(int fd, const char *const *fields, size_t n, int passfd);
 int ctl_queued(void);                   /* 1: messages wait for POLLOUT */
 int ctl_flush(int fd);                  /* 0, or -1 with errno (as ctl_send) */
 
