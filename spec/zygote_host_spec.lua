@@ -109,6 +109,57 @@ describe("core.zygote (host side)", function()
     assert.is_true(H.eventually(function() return #H.pids_with("sleep 30") == 0 end))
   end)
 
+  it("ends a run whose end came early (ended) only once its process is gone", function()
+    local z = start()
+    local results, alive = {}, nil
+    local t0 = core.hrtime()
+    -- the status comes with `ended` (exit 7), while the process lives on for 0.3 s (its shell,
+    -- the marker in its command line); no `exit`
+    spawn(z, { "--ended=1792", "-c", "sleep 0.3; : corral-ended-spec" }, {
+      timeout = 20 }, results)
+    local deadline = core.hrtime() + 10
+    while #results < 1 and core.hrtime() < deadline do core.run("once") end
+    alive = #H.pids_with("corral-ended-spec")
+    local wall = core.hrtime() - t0
+    assert.are.equal(1, #results)
+    assert.are.equal(7, results[1].exit_status)
+    assert.is_nil(results[1].launch_error)
+    assert.are.equal(0, alive)
+    assert.is_true(wall >= 0.3, "ended after " .. wall .. " s, before its process")
+    settle(z)
+  end)
+
+  it("ends a run that ended early with its status when its zygote then dies", function()
+    local z = start()
+    local results = {}
+    spawn(z, { "--ended=1792", "-c", "exec sleep 30" }, { timeout = 20 }, results)
+    -- the peer dies; the run's process with it (its parent-death signal)
+    spawn(z, { "--die" }, { timeout = 20 }, results)
+    wait_for(results, 2)
+    local ended = results[1].launch_error and results[2] or results[1]
+    assert.are.equal(7, ended.exit_status)
+    assert.is_nil(ended.launch_error)
+    settle(z)
+    assert.is_true(H.eventually(function() return #H.pids_with("sleep 30") == 0 end))
+  end)
+
+  it("ends a run with a pidfd of a zygote that dies only once its process is gone", function()
+    local z = start()
+    local results, alive = {}, {}
+    local function keep(r) results[#results + 1] = r; alive[#alive + 1] = #H.pids_with("corral-pidfd-spec") end
+    assert(core.spawn { zygote = z, args = { "--pidfd", "-c", "trap '' TERM; sleep 30; : corral-pidfd-spec" },
+      report = true, timeout = 20, on_exit = keep })
+    local deadline = core.hrtime() + 5
+    while #H.pids_with("corral-pidfd-spec") == 0 and core.hrtime() < deadline do core.run("once") end
+    assert(core.spawn { zygote = z, args = { "--die" }, report = true, timeout = 20, on_exit = keep })
+    wait_for(results, 2)
+    for i, r in ipairs(results) do
+      assert.matches("warm interpreter", r.launch_error)
+      assert.are.equal(0, alive[i], "a process of the run was alive at its end")
+    end
+    settle(z)
+  end)
+
   it("does not keep the loop running while idle, and exits when closed", function()
     local z = start()
     local t0 = core.hrtime()

@@ -295,33 +295,55 @@ static void zpid_cb(uv_poll_t *h, int status, int events) {
   if (!r->exited) run_exited(r, r->exit_status, r->term_signal);
 }
 
-/* A direct run's program has ended and the rest of its namespace is gone; its init, the run's
- * process, exits next. With the init's pidfd, the run ends once that is readable (the init has
- * exited: nothing of the run is left); without one, at the zygote's exit message. */
-void corral_run_zygote_ended(corral_run *r, int exit_status, int term_signal) {
+/* Watch a direct run's init through its pidfd: zpid_cb ends the run, with this status, once the
+ * init has exited. 1: it already has; 0: watched; -1: cannot be watched. */
+static int zpid_watch(corral_run *r, int exit_status, int term_signal) {
   struct pollfd p;
-  if (r->exited || r->pidfd < 0 || r->pidpoll_init) return;
   p.fd = r->pidfd;
   p.events = POLLIN;
   p.revents = 0;
-  if (poll(&p, 1, 0) == 1) {
-    run_exited(r, exit_status, term_signal);
-    return;
-  }
+  if (poll(&p, 1, 0) == 1) return 1;
   r->exit_status = exit_status; /* kept for zpid_cb: not exited yet */
   r->term_signal = term_signal;
-  if (uv_poll_init(&r->cl->loop, &r->pidpoll, r->pidfd) != 0) return; /* then at exit */
+  if (uv_poll_init(&r->cl->loop, &r->pidpoll, r->pidfd) != 0) return -1;
   r->pidpoll.data = r;
   r->pidpoll_init = 1;
   r->handles++;
-  if (uv_poll_start(&r->pidpoll, UV_READABLE, zpid_cb) != 0) close_handle((uv_handle_t *)&r->pidpoll);
+  if (r->held) uv_unref((uv_handle_t *)&r->pidpoll); /* as its other handles (set_ref) */
+  if (uv_poll_start(&r->pidpoll, UV_READABLE, zpid_cb) != 0) {
+    close_handle((uv_handle_t *)&r->pidpoll);
+    return -1;
+  }
+  return 0;
+}
+
+/* A direct run's program has ended; its init, the run's process, exits next, and the kernel
+ * kills and reaps what is left of the namespace before that exit is complete (an init's exit
+ * waits until its PID namespace is empty). So with the init's pidfd the run ends once that is
+ * readable: nothing of the run is left then. Without one, at the zygote's exit message. */
+void corral_run_zygote_ended(corral_run *r, int exit_status, int term_signal) {
+  if (r->exited || r->pidfd < 0 || r->pidpoll_init) return;
+  if (zpid_watch(r, exit_status, term_signal) == 1) run_exited(r, exit_status, term_signal);
+  /* -1: then at the exit message */
 }
 
 void corral_run_zygote_failed(corral_run *r, const char *why) {
+  if (r->exited) return; /* ended, and its init is gone: the zygote's end changes nothing */
+  if (r->pidpoll_init) {
+    /* ended, its init not gone yet: it dies with the zygote, which it would not outlive; the
+     * run ends with its status when it is gone */
+    signal_pid(r, SIGKILL);
+    signal_group(r, SIGKILL);
+    return;
+  }
   if (r->zerror == NULL) r->zerror = strdup(why ? why : "failed");
-  if (r->pidpoll_init) close_handle((uv_handle_t *)&r->pidpoll);
-  if (r->exited) return;
   if (r->pid > 0) signal_group(r, SIGKILL); /* A dies with its zygote; its group may not */
+  /* A direct run's init: killed too (it would die with the zygote), and waited for, so that
+   * nothing of the run is left when it ends */
+  if (r->pidfd >= 0) {
+    signal_pid(r, SIGKILL);
+    if (zpid_watch(r, -1, 0) == 0) return;
+  }
   run_exited(r, -1, 0);
   close_outputs(r); /* no process will close them for us */
   maybe_finish(r);

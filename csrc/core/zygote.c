@@ -299,6 +299,7 @@ static ssize_t recv_fd(int sock, char *buf, size_t len, int *fd) {
   *fd = -1;
   n = recvmsg(sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   if (n < 0) return n;
+  if (n == 0) m.msg_controllen = 0; /* EOF: nothing came (and nothing to keep) */
   for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       size_t i, k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);

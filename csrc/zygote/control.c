@@ -2,9 +2,11 @@
  * sequence of NUL-terminated strings, a run request with its fds as SCM_RIGHTS.
  *
  * The zygote never blocks on the host: a message that does not fit in the socket's buffer now is
- * queued, and sent when poll() says POLLOUT. The queue holds at most two messages per run (pid,
- * exit), so it is bounded by the runs the host started. A message to the host carries at most
- * one fd (a direct run's pid message: P's pidfd), which the queue owns until it is sent.
+ * queued, and sent when poll() says POLLOUT. The queue holds at most three messages per run
+ * (pid, ended, exit), so it is bounded by the runs the host started. A message to the host
+ * carries at most one fd (a direct run's pid message: P's pidfd), which the queue owns until it
+ * is sent; one the kernel refuses to pass (ETOOMANYREFS: too many fds in flight for the uid)
+ * goes without it, and the host then ends that run at its exit message.
  */
 #include "zygote.h"
 
@@ -55,7 +57,7 @@ void strv_free(struct strv *s)
 }
 
 /* One send of a whole record, with its fd: 1 sent, 0 the socket is full, -1 error. */
-static int send_one(int fd, const struct out *o)
+static int send_one(int fd, struct out *o)
 {
 	union {
 		struct cmsghdr align;
@@ -82,6 +84,11 @@ static int send_one(int fd, const struct out *o)
 	do
 		n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
+	if (n < 0 && o->fd >= 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
+		close(o->fd);   /* the message matters, its fd only speeds the run's end up */
+		o->fd = -1;
+		return send_one(fd, o);
+	}
 	if (n >= 0)
 		return 1;       /* a record goes whole or not at all */
 	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)

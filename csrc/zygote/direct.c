@@ -10,8 +10,9 @@
  * mounts, lets C go on with the mounts' state, waits for the run as the launcher's init does
  * and writes C's outcome on a pipe to the zygote. P's pid is the run's pid for the host. The
  * outcome is the run's status (an init cannot end by C's signal on itself, as A did): the zygote
- * sends it as soon as it is on the pipe (request.c), when nothing of the run is left but P; if P
- * ends without one, P's own wait status once it is reaped.
+ * sends it as soon as it is on the pipe (request.c), and the host ends the run once P has
+ * exited, which P's exit does not complete before the kernel has killed and reaped the rest of
+ * its namespace; if P ends without an outcome, P's own wait status once it is reaped.
  *
  * P writes into the zygote's memory: what the launcher's files keep for a run is reset first
  * (launch_state_reset), the plan is the zygote's (parsed here, freed after the execve), and the

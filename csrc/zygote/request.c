@@ -10,10 +10,11 @@
  * B was reaped by A. A request that cannot start gets `error\0ID\0WHY` and nothing else.
  *
  * A direct run (direct.c) is P, the init of its namespaces: its pid message carries P's pidfd,
- * and once P has written C's outcome (its last act, with nothing of the run left but itself), Z
- * says `ended\0ID\0STATUS` at once. The host, which then has only P's exit to wait for, waits
- * for it on the pidfd instead of for Z's reaping and message. `exit` follows at P's reaping, as
- * for every run.
+ * and once P has written C's outcome (its last act before its exit), Z says `ended\0ID\0STATUS`
+ * at once. `ended` alone does not say the run is over: the host waits for P's exit on the pidfd
+ * (an init's exit completes only once the kernel has killed and reaped the rest of its PID
+ * namespace, which with a budget corral-init did already), instead of for Z's reaping and
+ * message. `exit` follows at P's reaping, as for every run.
  *
  * A checks what only the zygote forbids (a network or user namespace other than the zygote's,
  * no PID namespace, another interpreter, other interpreter options, another locale) and writes a
@@ -365,9 +366,9 @@ size_t request_poll(struct pollfd **pf, size_t *cap, size_t base)
 	return n;
 }
 
-/* A direct run's outcome pipe is readable: corral-init wrote C's outcome as its last act, once
- * it had reaped the rest of the run. `ended` now; P's exit (which the host waits for on its
- * pidfd) and reaping come next, and `exit` with them. EOF: P ended without an outcome, and its
+/* A direct run's outcome pipe is readable: corral-init wrote C's outcome as its last act before
+ * its exit. `ended` now; P's exit (which the host waits for on its pidfd) and reaping come
+ * next, and `exit` with them. EOF: P ended without an outcome, and its
  * reaping reports its own status. */
 static void run_outcome(struct zygote *z, struct run *r)
 {
