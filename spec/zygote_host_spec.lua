@@ -111,7 +111,7 @@ describe("core.zygote (host side)", function()
 
   it("ends a run whose end came early (ended) only once its process is gone", function()
     local z = start()
-    local results, alive = {}, nil
+    local results = {}
     local t0 = core.hrtime()
     -- the status comes with `ended` (exit 7), while the process lives on for 0.3 s (its shell,
     -- the marker in its command line); no `exit`
@@ -119,7 +119,7 @@ describe("core.zygote (host side)", function()
       timeout = 20 }, results)
     local deadline = core.hrtime() + 10
     while #results < 1 and core.hrtime() < deadline do core.run("once") end
-    alive = #H.pids_with("corral-ended-spec")
+    local alive = #H.pids_with("corral-ended-spec")
     local wall = core.hrtime() - t0
     assert.are.equal(1, #results)
     assert.are.equal(7, results[1].exit_status)
