@@ -299,7 +299,6 @@ static ssize_t recv_fd(int sock, char *buf, size_t len, int *fd) {
   *fd = -1;
   n = recvmsg(sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   if (n < 0) return n;
-  if (n == 0) m.msg_controllen = 0; /* EOF: nothing came (and nothing to keep) */
   for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       size_t i, k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -327,6 +326,10 @@ static void poll_cb(uv_poll_t *h, int status, int events) {
       do
         n = recv_fd(z->fd, z->cl->scratch, sizeof z->cl->scratch, &fd);
       while (n < 0 && errno == EINTR);
+      if (n == 0 && fd >= 0) { /* an empty record: no message to take its fd */
+        close(fd);
+        fd = -1;
+      }
       /* A reset (it exited with requests unread) is reported once, possibly before what it
        * sent last: read on until nothing is left */
       if (n < 0 && errno == ECONNRESET) {
