@@ -447,6 +447,12 @@ except OSError as e:
 
   it("kills the process for a system call through int 0x80 (i386)", function()
     local free, _, free_status = run("", INT80)
+    if free.int80 == nil and free_status == 128 + 11 then
+      -- a kernel built without IA32 emulation (or booted with ia32_emulation=0) answers int 0x80
+      -- with SIGSEGV before any filter could see it: nothing of i386 to attack here
+      pending("this kernel has no i386 system call entry: int 0x80 is SIGSEGV without a filter")
+      return
+    end
     assert.are.equal("ok", free.int80)
     assert.are.equal(0, free_status)
     local got, rep, status = run("--seccomp auto", INT80)

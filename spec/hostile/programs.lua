@@ -53,7 +53,7 @@ local more = {
       t[#t + 1] = "print(v79999)\n"
       return table.concat(t)
     end,
-    opts = { timeout = 3 },
+    opts = { timeout = 15 },
     expect = { reason = "exit", returncode = 0, stdout_exact = "159998\n" },
     check = function(r) assert.is_true(r.usage.wall_s > 0) end,
   },
