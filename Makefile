@@ -225,9 +225,12 @@ THROUGHPUT_RUNS ?= 300
 SERVE_SECONDS ?= 5
 RSS_RUNS ?= 2000
 BENCH_JSON ?=
+# the page make bench writes: the method (bench/performance-head.md) and this run's figures
+BENCH_DOC ?= docs/performance.md
 bench: all deps-test
 	$(LUA) bench/bench.lua --runs $(BENCH_N) --throughput-runs $(THROUGHPUT_RUNS) \
-		--serve-seconds $(SERVE_SECONDS) --rss-runs $(RSS_RUNS) $(if $(BENCH_JSON),--json $(BENCH_JSON))
+		--serve-seconds $(SERVE_SECONDS) --rss-runs $(RSS_RUNS) $(if $(BENCH_JSON),--json $(BENCH_JSON)) \
+		--doc $(BENCH_DOC)
 
 bench-rss: all deps-test
 	$(LUA) bench/bench.lua --only rss \

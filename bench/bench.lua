@@ -1,5 +1,5 @@
 -- corral against bare Python, measured side by side in one run (make bench): every figure
--- issue 5 asks for, and its targets with PASS or MISS computed from this run.
+-- corral's performance targets ask for, and its targets with PASS or MISS computed from this run.
 --
 -- 1. Latency of print('hello'): bare `python3 -I -c`, `unshare --net python3 -I -c`, corral's
 --    `default`, `bwrap` and `warm` policies through the library (corral.run_python) and through
@@ -25,7 +25,11 @@
 -- run's result is checked (ok, stdout "hello\n"); a failed run is counted, never timed.
 --
 --   lua5.4 bench/bench.lua [N] [--runs N] [--throughput-runs N] [--serve-seconds S]
---                          [--rss-runs N] [--only SECTIONS] [--json FILE]
+--                          [--rss-runs N] [--only SECTIONS] [--json FILE] [--doc FILE]
+--
+-- With --doc (make bench: docs/performance.md), everything printed on stdout is also written to
+-- FILE after bench/performance-head.md, with the date and the machine: the figures in the docs
+-- come from a run, never typed by hand.
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "csrc/?.so;" .. package.cpath
 local core = require "corral.core"
@@ -40,9 +44,11 @@ usage: lua5.4 bench/bench.lua [N] [OPTIONS]
   --throughput-runs N    runs per policy and concurrency through the library (default 300)
   --serve-seconds S      wrk seconds per server: at concurrency 1 (latency) and again at 2 and
                          at 8 (throughput) (default 5)
-  --rss-runs N           runs in the controller RSS series (default 2000; issue 5 asks 10000)
+  --rss-runs N           runs in the controller RSS series (default 2000; the target is 10000)
   --only LIST            sections to run, comma-separated: latency,serve,throughput,rss
   --json FILE            also write every figure as JSON to FILE
+  --doc FILE             also write the page docs/performance.md is (the method and this run's
+                         output) to FILE
   -h, --help             this text
 ]]
 
@@ -57,11 +63,11 @@ do
     if a == "-h" or a == "--help" then
       io.stdout:write(USAGE)
       os.exit(0)
-    elseif flags[a] or a == "--json" or a == "--only" then
+    elseif flags[a] or a == "--json" or a == "--doc" or a == "--only" then
       local v = arg[i + 1]
       if not v then io.stderr:write("bench: ", a, " needs a value\n", USAGE) os.exit(2) end
-      if a == "--json" then
-        opt.json = v
+      if a == "--json" or a == "--doc" then
+        opt[a:sub(3)] = v
       elseif a == "--only" then
         opt.only = {}
         for s in v:gmatch("[^,]+") do
@@ -88,7 +94,14 @@ end
 
 -- Helpers ---------------------------------------------------------------------------------------
 
-local function say(...) io.stdout:write(fmt(...), "\n") io.stdout:flush() end
+-- every line said, for --doc
+local said = {}
+local function say(...)
+  local line = fmt(...)
+  said[#said + 1] = line
+  io.stdout:write(line, "\n")
+  io.stdout:flush()
+end
 local function progress(...) io.stderr:write("bench: ", fmt(...), "\n") io.stderr:flush() end
 
 local function read_file(path)
@@ -861,7 +874,7 @@ local function failed_any(...)
 end
 
 say("")
-say("targets (issue 5), from this run's figures")
+say("targets, from this run's figures")
 local function target(name, value, pass, note)
   local status = pass == nil and "n/a" or (pass and "PASS" or "MISS")
   say("  %-58s %-20s %-4s%s", name, value or "not measured", status, note and ("  " .. note) or "")
@@ -936,6 +949,23 @@ core.rmtree(tmpdir)
 if not main_ok then
   io.stderr:write("bench: ", tostring(main_err), "\n")
   os.exit(1, true)
+end
+if opt.doc then
+  local head = read_file("bench/performance-head.md")
+  if not head then
+    io.stderr:write("bench: --doc needs bench/performance-head.md (run from the source tree)\n")
+    os.exit(1, true)
+  end
+  local m = report.machine
+  local args = {}
+  for i = 1, #arg do args[i] = arg[i] end
+  local f = assert(io.open(opt.doc, "w"))
+  f:write(head, "\n## The last run\n\n",
+    fmt("%s, %d CPUs, kernel %s, %s, as uid %d: `lua5.4 bench/bench.lua %s`\n\n", os.date("!%Y-%m-%d %H:%M UTC"),
+      m.cpus, m.kernel, m.python, core.getuid(), table.concat(args, " ")),
+    "```\n", table.concat(said, "\n"), "\n```\n")
+  f:close()
+  io.stdout:write("page written to ", opt.doc, "\n")
 end
 if opt.json then
   if not has_cjson then
