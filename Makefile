@@ -208,7 +208,9 @@ install: all
 	install -m 0644 lua/resty/corral.lua $(DESTDIR)$(PREFIX)/share/lua/5.1/resty/corral.lua
 	sed -e 's|^local INSTALLED_PREFIX = nil|local INSTALLED_PREFIX = "$(PREFIX)"|' \
 		lua/corral/paths.lua > $(DESTDIR)$(LUADIR)/corral/paths.lua
-	sed -e '1s|.*|#!/usr/bin/env $(LUA)|' bin/corral > $(DESTDIR)$(BINDIR)/corral
+	sed -e '1s|.*|#!/usr/bin/env $(LUA)|' \
+		-e 's|^local INSTALLED_LUADIR, INSTALLED_LIBDIR = nil, nil|local INSTALLED_LUADIR, INSTALLED_LIBDIR = "$(LUADIR)", "$(LIBDIR)"|' \
+		bin/corral > $(DESTDIR)$(BINDIR)/corral
 	chmod 0755 $(DESTDIR)$(BINDIR)/corral
 
 clean:

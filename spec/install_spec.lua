@@ -29,4 +29,15 @@ describe("install", function()
     end
     H.sh("rm -rf " .. dest)
   end)
+
+  it("installs with make install PREFIX alone and runs from anywhere without LUA_PATH", function()
+    local prefix = H.sh("mktemp -d /tmp/corral-prefix.XXXXXX")
+    local out = H.sh("make -s install PREFIX=" .. prefix .. " >/dev/null 2>&1; echo $?")
+    assert.are.equal("0", out)
+    H.sh("chmod -R a+rX " .. prefix)
+    local got = H.sh("cd / && echo 'print(6*7)' | env -i PATH=/usr/bin:/bin " .. prefix ..
+      "/bin/corral run --json - 2>&1")
+    H.sh("rm -rf " .. prefix)
+    assert.is_truthy(got:find('"stdout":"42\\n"', 1, true), got)
+  end)
 end)
