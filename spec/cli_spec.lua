@@ -81,7 +81,7 @@ describe("corral CLI", function()
     local keys = {}
     for k in pairs(r) do keys[#keys + 1] = k end
     table.sort(keys)
-    assert.are.same({ "limits", "network_isolated", "ok", "reason", "returncode", "signal", "stderr",
+    assert.are.same({ "limits", "network_isolated", "ok", "reason", "refused", "returncode", "signal", "stderr",
                       "stdout", "timed_out", "truncated", "usage" }, keys)
     assert.are.equal("abc\n", r.stdout)
     assert.are.equal(7, r.returncode)
@@ -90,6 +90,19 @@ describe("corral CLI", function()
     for k in pairs(r.usage) do ukeys[#ukeys + 1] = k end
     table.sort(ukeys)
     assert.are.same({ "cpu_sys_s", "cpu_total_s", "cpu_user_s", "max_rss_kb", "memory_peak_kb", "wall_s" }, ukeys)
+  end)
+
+  it("says in --json's refused why a protection is missing from limits", function()
+    local pol = tmp([[
+      return require("corral.policy").load("default"):extend {
+        name = "holey", tmpfs = { ["/tmp"] = 16, ["/no-such-dir-for-corral"] = 1 } }]])
+    os.rename(pol, pol .. ".lua")
+    files[#files + 1] = pol .. ".lua"
+    local body, status = split_status(corral("run --json --policy " .. pol .. ".lua " .. tmp("print(1)")))
+    assert.are.equal(0, status, body)
+    local r = cjson.decode(body)
+    for _, l in ipairs(r.limits) do assert.are_not.equal("private-tmp", l) end
+    assert.are.equal("ENOENT", r.refused["private-tmp"].errno, body)
   end)
 
   it("gives its one run a network namespace of its own: no holder for a single run", function()

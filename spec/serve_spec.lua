@@ -191,7 +191,7 @@ describe("corral serve", function()
     write(dir .. "/prog.py", "print(1)")
     local cli = cjson.decode((H.sh(H.cli .. " run --json " .. q(dir .. "/prog.py"))))
     assert.are.same(keys(cli), keys(r))
-    assert.are.same({ "limits", "network_isolated", "ok", "reason", "returncode", "signal", "stderr",
+    assert.are.same({ "limits", "network_isolated", "ok", "reason", "refused", "returncode", "signal", "stderr",
                       "stdout", "timed_out", "truncated", "usage" }, keys(r))
     assert.are.same(keys(cli.usage), keys(r.usage))
     assert.are.equal("abc\n", r.stdout)
@@ -319,6 +319,22 @@ describe("corral serve", function()
     assert.are.equal("ok\n", r.stdout)
     table.sort(r.clamped)
     assert.are.same({ "memory_mb", "timeout" }, r.clamped)
+  end)
+
+  it("says in refused why a protection is missing from limits", function()
+    -- a scratch mount whose mount point does not exist: the kernel refuses it, the run goes on
+    write(dir .. "/holey.lua", [[
+      return require("corral.policy").load("default"):extend {
+        name = "holey", tmpfs = { ["/tmp"] = 16, ["/no-such-dir-for-corral"] = 1 } }]])
+    local s = start_server("--policy " .. q(dir .. "/holey.lua"))
+    local status, _, body, r = http(s, "POST", "/v1/run", json { code = "print(1)" })
+    assert.are.equal(200, status, body)
+    assert.are.equal("1\n", r.stdout)
+    local has = {}
+    for _, l in ipairs(r.limits) do has[l] = true end
+    assert.is_nil(has["private-tmp"], body)
+    assert.are.equal("ENOENT", r.refused["private-tmp"].errno, body)
+    assert.is_truthy(r.refused["private-tmp"].message:find("/no-such-dir-for-corral", 1, true), body)
   end)
 
   it("runs seed 003's eval_in_sandbox", function()

@@ -1,9 +1,18 @@
 --- The public JSON shape of a run's result, shared by `corral run --json` and `corral serve`.
 -- Exactly the fields `ok stdout stderr returncode timed_out truncated network_isolated limits
--- reason signal usage`, plus `error {kind, message}` when the sandbox itself failed. Fields that
+-- reason signal usage refused`, plus `error {kind, message}` when the sandbox itself failed.
+-- `refused` is an object: each protection the kernel refused, `{errno, message}`, so that a
+-- missing name in `limits` explains itself. Fields that
 -- are absent in the Lua result (a signal, the budget totals) are JSON null, never missing, so a
 -- client sees the same keys every time.
 local M = {}
+
+-- name -> {errno, message}, copied: only the two fields, whatever else the policy kept
+local function refused(r)
+  local out = {}
+  for name, why in pairs(r or {}) do out[name] = { errno = why.errno, message = why.message } end
+  return out
+end
 
 --- The JSON object for a result.
 -- @param res the result of `run_python`/`start`, or nil when the sandbox failed
@@ -14,7 +23,7 @@ function M.object(res, err, code, null)
   if not res then
     return {
       ok = false, stdout = "", stderr = "", returncode = null, timed_out = false, truncated = false,
-      network_isolated = false, limits = {}, reason = null, signal = null,
+      network_isolated = false, limits = {}, reason = null, signal = null, refused = {},
       usage = { wall_s = 0, cpu_user_s = 0, cpu_sys_s = 0, max_rss_kb = 0, cpu_total_s = null,
                 memory_peak_kb = null },
       error = { kind = code or "error", message = err },
@@ -24,7 +33,7 @@ function M.object(res, err, code, null)
   return {
     ok = res.ok, stdout = res.stdout, stderr = res.stderr, returncode = res.returncode,
     timed_out = res.timed_out, truncated = res.truncated, network_isolated = res.network_isolated,
-    limits = res.limits, reason = res.reason, signal = res.signal or null,
+    limits = res.limits, reason = res.reason, signal = res.signal or null, refused = refused(res.refused),
     usage = { wall_s = u.wall_s, cpu_user_s = u.cpu_user_s, cpu_sys_s = u.cpu_sys_s,
               max_rss_kb = u.max_rss_kb, cpu_total_s = u.cpu_total_s or null,
               memory_peak_kb = u.memory_peak_kb or null },
