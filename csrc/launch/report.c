@@ -440,8 +440,9 @@ const char *explain(enum what w, int err)
 	case W_EXEC:
 		switch (err) {
 		case ENOENT:
-			return "PROGRAM (or its #! interpreter or ELF loader) does not exist; pass an "
-			       "absolute path, there is no PATH search";
+			return "PROGRAM (or its #! interpreter or ELF loader) does not exist as the "
+			       "program sees the files: there is no PATH search, and a --tmpfs mount "
+			       "hides what the host has under it unless --ro-bind brings it back";
 		case EACCES:
 			return "PROGRAM is not executable by the program's uid, a directory on its path "
 			       "is not searchable, it is on a noexec mount, or it (or its #! "

@@ -142,20 +142,24 @@ function M.interpreter(name, search)
 end
 
 --- The directories an interpreter reads from, asked of the interpreter itself once per process:
--- its executable, its prefixes, the entries of its sys.path and every file it has mapped at start
--- (shared objects), each reduced to its top directory (/usr, /lib64, /opt/x, /home/u/...).
+-- its prefixes (a virtualenv's own and its base interpreter's), its executable as named and as
+-- resolved, the entries of its sys.path and every file it has mapped at start (shared objects).
+-- A path inside a prefix counts as that prefix; any other is reduced to its top directory (/usr,
+-- /lib64, /opt/x, /home/u, ...). A virtualenv's prefix is its own directory, however deep (its
+-- pyvenv.cfg is read at start), so a venv under /tmp gives /tmp/x/venv, never /tmp itself.
 -- Used by the bwrap policy (what to bind) and by Landlock (what may be read and executed).
--- The answer is also kept in the private lock directory, keyed by the interpreter's real path,
--- size and mtime, so that a short-lived process (the CLI) does not start an interpreter first.
+-- The answer is also kept in the private lock directory, keyed by the path as named, the real
+-- path, its size and mtime (a venv's python is a link to the system's: the same real path), so
+-- that a short-lived process (the CLI) does not start an interpreter first.
 -- @return a sorted list of absolute directory paths (always holding /usr)
 function M.python_roots(python)
   local key = "roots\0" .. python
   if cache[key] then return cache[key] end
   local real = core.realpath(python)
   local st = real and core.lstat(real)
-  local stamp = st and (real .. " " .. st.size .. " " .. st.mtime)
+  local stamp = st and (python .. " " .. real .. " " .. st.size .. " " .. st.mtime)
   local dir = stamp and M.lock_dir()
-  local file = dir and (dir .. "/python-roots-" .. real:gsub("[^%w]", "_"))
+  local file = dir and (dir .. "/python-roots-" .. python:gsub("[^%w]", "_"))
   local saved = file and io.open(file, "r")
   if saved then
     local text = saved:read("a")
@@ -168,31 +172,53 @@ function M.python_roots(python)
       return roots
     end
   end
+  -- "prefix PATH" lines first, then "path PATH" lines
   local script = "import sys, os\n" ..
-    "print(os.path.realpath(sys.executable))\n" ..
-    "for p in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, *sys.path):\n" ..
-    "    if p.startswith('/'): print(os.path.realpath(p))\n" ..
+    "for p in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:\n" ..
+    "    if p.startswith('/'): print('prefix', os.path.realpath(p))\n" ..
+    "print('path', os.path.realpath(sys.executable))\n" ..
+    "print('path', os.path.abspath(sys.executable))\n" ..
+    "for p in sys.path:\n" ..
+    "    if p.startswith('/'): print('path', os.path.realpath(p))\n" ..
     "for line in open('/proc/self/maps'):\n" ..
     "    f = line.split()\n" ..
-    "    if len(f) >= 6 and f[5].startswith('/'): print(f[5])\n"
+    "    if len(f) >= 6 and f[5].startswith('/'): print('path', f[5])\n" ..
+    "print('done')\n"
   local f = io.popen(shell_quote(python) .. " -I -c " .. shell_quote(script) .. " 2>/dev/null")
   local text = f and f:read("a") or ""
   if f then f:close() end
-  local roots, seen = {}, {}
-  for path in text:gmatch("[^\n]+") do
-    local top = path:match("^(/usr)/") or path:match("^(/usr)$") or path:match("^(/lib[^/]*)/")
-      or path:match("^(/[^/]+/[^/]+)/") or path:match("^(/[^/]+)$")
-    if top and not seen[top] and not top:match("^/proc") and not top:match("^/dev")
-      and not top:match("^/sys") and not top:match("^/tmp") then
+  local prefixes, roots, seen = {}, {}, {}
+  local function add(top)
+    local pseudo = top and (top:match("^/proc") or top:match("^/sys") or
+      (top:match("^/dev") and not top:match("^/dev/shm/")))
+    if top and top ~= "/" and not seen[top] and not pseudo then
       seen[top] = true
       roots[#roots + 1] = top
+    end
+  end
+  local function top_of(path)
+    for _, pre in ipairs(prefixes) do
+      if path == pre or path:sub(1, #pre + 1) == pre .. "/" then return pre end
+    end
+    return path:match("^(/usr)/") or path:match("^(/usr)$") or path:match("^(/lib[^/]*)/")
+      or path:match("^(/[^/]+/[^/]+)") or path:match("^(/[^/]+)$")
+  end
+  local complete = text:sub(-6) == "\ndone\n"
+  for kind, path in text:gmatch("(%a+) ([^\n]+)") do
+    if kind == "prefix" then
+      -- /usr stays /usr; a prefix of its own (/opt/py, a venv) is kept whole
+      local pre = path:match("^(/usr)/") or path
+      prefixes[#prefixes + 1] = pre
+      add(pre)
+    else
+      add(top_of(path))
     end
   end
   if not seen["/usr"] then roots[#roots + 1] = "/usr" end
   table.sort(roots)
   cache[key] = roots
-  -- a complete answer only (the interpreter printed its executable first)
-  if file and text:match("^/") then
+  -- a complete answer only (the interpreter printed something)
+  if file and complete then
     local tmp = file .. ".new-" .. core.getpid()
     os.remove(tmp)
     if core.write_file(tmp, stamp .. "\n" .. table.concat(roots, "\n") .. "\n", 384) then

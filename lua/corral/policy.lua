@@ -349,7 +349,15 @@ function Policy:launch_args(opts, run, host)
     -- code dir (under the host's /tmp, hidden by a /tmp tmpfs) is bound back read-only
     local paths_ = sorted_keys(self.tmpfs)
     for _, path in ipairs(paths_) do add("--tmpfs", path .. "=" .. int(self.tmpfs[path] * 1048576)) end
-    if #paths_ > 0 then add("--ro-bind", run.code_dir) end
+    if #paths_ > 0 then
+      add("--ro-bind", run.code_dir)
+      -- an interpreter's directory under a scratch path (a virtualenv in /tmp) is bound back too
+      for _, root in ipairs(require("corral.host").python_roots(opts.python_exe)) do
+        for _, path in ipairs(paths_) do
+          if root:sub(1, #path + 1) == path .. "/" then add("--ro-bind", root) break end
+        end
+      end
+    end
     if self.work_mb then add("--work-tmpfs", int(self.work_mb * 1048576)) end
   end
   add("--rlimit", "cpu=" .. int(opts.cpu_seconds))
