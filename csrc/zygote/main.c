@@ -74,6 +74,7 @@ static int parse_args(int argc, char **argv, char *err, size_t len)
 
 	z.ctl = -1;
 	z.spawner = -1;
+	z.closer = -1;
 	z.net = PLAN_NET_HOST;
 	z.userns = PLAN_USERNS_AUTO;
 	z.python = "/usr/bin/python3";
@@ -282,12 +283,13 @@ static void step_namespaces(struct strv *lines)
 		failed(lines->n ? lines->v[lines->n - 1] : "the namespaces could not be made");
 }
 
-/* 6b. S, which starts each run's A (spawner.c): forked now, while we are small, inside the
- * namespaces just made. */
+/* 6b. S, which starts each run's A (spawner.c), and K, which closes the runs' mount namespaces
+ * (closer.c): forked now, while we are small, inside the namespaces just made. */
 static void step_spawner(void)
 {
 	if (spawner_start(&z) != 0)
 		failed("cannot start the spawner process");
+	closer_start(&z);       /* without it, Z closes the runs' namespaces itself */
 	if (program_key() != 0)
 		failed("cannot draw the key that checks the runs' requests (getrandom)");
 }
@@ -346,7 +348,7 @@ static void step_check_inherited(void)
 	while (d && (e = readdir(d)) != NULL) {
 		fd = atoi(e->d_name);
 		if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd <= 2 || fd == z.ctl ||
-		    fd == z.spawner || fd == direct_fd() || fd == dirfd(d))
+		    fd == z.spawner || fd == z.closer || fd == direct_fd() || fd == dirfd(d))
 			continue;
 		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
 		n = readlink(path, target, sizeof target - 1);
@@ -414,7 +416,7 @@ static NORETURN void serve(void)
 		pf[1].fd = z.sigfd;
 		pf[1].events = POLLIN;
 		pf[0].revents = pf[1].revents = 0;
-		npf = request_poll(&pf, &cap, 2);       /* the runs' sockets: B's requests */
+		npf = request_poll(&z, &pf, &cap, 2);       /* the runs' sockets: B's requests */
 		if (poll(pf, (nfds_t)npf, -1) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -453,6 +455,7 @@ static NORETURN void serve(void)
 		memset(buf, 0, (size_t)(n > 0 ? n : 0));
 	}
 	request_stop_all(&z);
+	closer_stop(&z);
 	_exit(0);
 }
 
@@ -488,7 +491,7 @@ int main(int argc, char **argv)
 	step_session();                 /* 4. setsid */
 	signals_reset();                 /* 5. default dispositions */
 	step_namespaces(&lines);        /* 6. network (and user) namespace (ns.c) */
-	step_spawner();                 /* 6b. S, which starts the runs' A (spawner.c) */
+	step_spawner();                 /* 6b. S, which starts the runs' A (spawner.c); K (closer.c) */
 	step_init();                    /* 6c. corral-init, for the direct runs (direct.c) */
 	step_python(&lines);            /* 7. the interpreter (python.c) */
 	step_check_inherited();         /* 8. one thread, no extra fd */

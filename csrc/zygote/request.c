@@ -225,8 +225,7 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		if (runs_add(pid, id, -1, 0) != 0) {
 			kill(pid, SIGKILL);
 			close(outr);
-			if (mntns >= 0)
-				close(mntns);
+			closer_give(z, mntns);
 			send3(z, "error", id, "out of memory");
 			return;
 		}
@@ -278,14 +277,14 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
  * on (run_request), so that the namespace ends here, not in A's exit. A, the last of the run to
  * exit, would free it, and the kernel waits for an RCU grace period before it frees the unmounted
  * mounts (namespace_unlock): that wait came between A's exit and its parent's SIGCHLD (195 us
- * median on the development VM, 86-110 us with the namespace held). Z now waits it out once the
- * host has the run's end. */
-static void run_remove(struct run *r)
+ * median on the development VM, 86-110 us with the namespace held). Then the mounts are freed,
+ * file by file, by whoever drops the last reference: K does (closer.c), not Z, whose every other
+ * run would wait meanwhile. */
+static void run_remove(struct zygote *z, struct run *r)
 {
 	if (r->sock >= 0)
 		close(r->sock);
-	if (r->mntns >= 0)
-		close(r->mntns);
+	closer_give(z, r->mntns);
 	if (r->outr >= 0)
 		close(r->outr);
 	*r = runs[--nruns];
@@ -304,8 +303,7 @@ static struct run *find(pid_t pid)
 int request_reap(struct zygote *z)
 {
 	char num[16];
-	int st, ns[16];
-	size_t nns = 0;
+	int st;
 	pid_t pid;
 
 	while ((pid = waitpid(-1, &st, WNOHANG)) > 0 || (pid < 0 && errno == EINTR)) {
@@ -313,6 +311,8 @@ int request_reap(struct zygote *z)
 
 		if (pid > 0 && pid == z->spawner_pid)
 			z->broken = 1;
+		if (pid > 0 && pid == z->closer_pid)
+			closer_gone(z);
 		if (!r)
 			continue;
 		if (r->ended)
@@ -321,15 +321,8 @@ int request_reap(struct zygote *z)
 			direct_outcome(r->outr, &st);  /* none: P's own status */
 		snprintf(num, sizeof num, "%d", st);
 		send3(z, "exit", r->id, num);
-		/* every ended run's message before the first namespace's wait */
-		if (r->mntns >= 0 && nns < sizeof ns / sizeof ns[0]) {
-			ns[nns++] = r->mntns;
-			r->mntns = -1;
-		}
-		run_remove(r);
+		run_remove(z, r);
 	}
-	while (nns > 0)
-		close(ns[--nns]);
 	return pid < 0 && errno == ECHILD ? -1 : 0;
 }
 
@@ -338,12 +331,12 @@ int request_idle(void)
 	return nruns == 0;
 }
 
-size_t request_poll(struct pollfd **pf, size_t *cap, size_t base)
+size_t request_poll(const struct zygote *z, struct pollfd **pf, size_t *cap, size_t base)
 {
 	size_t i, n = base;
 
-	if (base + 2 * nruns > *cap) {
-		size_t c = 2 * (base + 2 * nruns);
+	if (base + 2 * nruns + 1 > *cap) {
+		size_t c = 2 * (base + 2 * nruns + 1);
 		struct pollfd *p = realloc(*pf, c * sizeof *p);
 
 		if (!p)
@@ -362,6 +355,12 @@ size_t request_poll(struct pollfd **pf, size_t *cap, size_t base)
 			(*pf)[n].revents = 0;
 			n++;
 		}
+	}
+	if (closer_waiting(z)) {        /* K's socket was full: the rest when it takes more */
+		(*pf)[n].fd = z->closer;
+		(*pf)[n].events = POLLOUT;
+		(*pf)[n].revents = 0;
+		n++;
 	}
 	return n;
 }
@@ -418,6 +417,10 @@ void request_polled(struct zygote *z, const struct pollfd *pf, size_t base, size
 	for (i = base; i < n; i++) {
 		if (!pf[i].revents)
 			continue;
+		if (pf[i].fd == z->closer) {
+			closer_flush(z);
+			continue;
+		}
 		for (j = 0; j < nruns; j++) {
 			if (runs[j].sock == pf[i].fd) {
 				run_request(z, &runs[j], buf);
@@ -438,7 +441,6 @@ void request_stop_all(struct zygote *z)
 	int st;
 	pid_t pid;
 
-	(void)z;
 	for (i = 0; i < nruns; i++)
 		kill(runs[i].pid, SIGTERM);     /* A ends its run as a launcher does */
 	while (nruns > 0) {
@@ -447,7 +449,7 @@ void request_stop_all(struct zygote *z)
 			struct run *r = find(pid);
 
 			if (r)
-				run_remove(r);
+				run_remove(z, r);
 			continue;
 		}
 		if (pid < 0 && errno != EINTR)

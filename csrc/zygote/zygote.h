@@ -10,6 +10,8 @@
  *   direct.c   a direct run: P cloned into the run's new namespaces, C forked, corral-init run
  *   spawner.c  S, small, forked before the interpreter: starts each run's A (Z's child), for
  *              the runs that are not direct
+ *   closer.c   K, small, forked before the interpreter: closes the runs' mount namespaces,
+ *              whose teardown would stall Z
  *   program.c  C, forked by Z into the run's namespaces on B's request, and B's end of that
  *
  * corral-zygote is built from the launcher's files (all of csrc/launch but main.c) and these. A run
@@ -54,6 +56,8 @@ struct zygote {
 	size_t nenv;
 	int spawner;            /* the socket to S */
 	pid_t spawner_pid;
+	int closer;             /* the socket to K; -1: none (Z closes the files itself) */
+	pid_t closer_pid;
 	int broken;             /* S is gone: no new run can start; exit once the runs are done */
 };
 
@@ -109,8 +113,9 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 int request_reap(struct zygote *z);
 /* 1: no run is going on. */
 int request_idle(void);
-/* The runs' sockets to poll, at (*pf)[base...] (grown as needed): returns base + how many. */
-size_t request_poll(struct pollfd **pf, size_t *cap, size_t base);
+/* The runs' sockets to poll, at (*pf)[base...] (grown as needed), and K's when files wait for
+ * it: returns base + how many. */
+size_t request_poll(const struct zygote *z, struct pollfd **pf, size_t *cap, size_t base);
 /* What poll() said of them: B's requests for its program. */
 void request_polled(struct zygote *z, const struct pollfd *pf, size_t base, size_t n);
 /* In Z, before forking a C: the plan's seccomp filter in seccomp.c's state (built once). */
@@ -124,6 +129,17 @@ int spawner_start(struct zygote *z);
  * with errno. */
 pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const int *fds,
 		   int runsock);
+
+/* ---- closer.c ---- */
+
+/* In Z at start-up, before the interpreter: forks K. 0, or -1 (then z->closer is -1). */
+int closer_start(struct zygote *z);
+/* A run's mount namespace file, to be closed by K (never blocks; without K, closed here). */
+void closer_give(struct zygote *z, int fd);
+void closer_flush(struct zygote *z);            /* what K could not take before, at POLLOUT */
+int closer_waiting(const struct zygote *z);     /* 1: files wait for K's socket to take them */
+void closer_gone(struct zygote *z);             /* K was reaped */
+void closer_stop(struct zygote *z);             /* at Z's end: EOF to K, which is waited for */
 
 /* ---- program.c ---- */
 

@@ -1,0 +1,203 @@
+/* closer.c: K, the small process that closes the runs' mount namespaces for the zygote.
+ *
+ * Z holds each run's mount namespace file until the run's end is sent (request.c), so that no
+ * process of the run waits for the namespace's teardown. Whoever drops the last reference then
+ * frees the namespace's mounts in that call, before it returns (the kernel's task work): the
+ * run's tmpfs mounts, one inode and dentry at a time, a few microseconds each (0.75 s for the
+ * 160,000 files the mounts once allowed). In Z's only thread that stalled every other run. So
+ * Z hands each file to K, which closes it: Z's send takes microseconds whatever the mounts hold,
+ * and K pays the teardown alone, off every run's path. Nothing of the run is left by then (its
+ * init has exited, which the kernel completes only once its PID namespace is empty): what K
+ * frees is memory no process can reach.
+ *
+ * K is forked at start-up, before the interpreter, as S is; it dies with Z and holds nothing but
+ * its socket and the files in flight. Z sends without ever blocking: what the socket cannot take
+ * now waits in Z's queue, sent once the socket is writable (request_poll). Without K (it could
+ * not start, or died), Z closes the files itself, as before.
+ */
+#include "zygote.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int *queue;              /* files K could not take yet */
+static size_t nqueue, capqueue;
+
+/* K: closes every file that comes, until EOF (Z closed its end, or is gone). */
+static NORETURN void closer_main(pid_t zygote, int sock)
+{
+	char byte;
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(MSG_FDS_MAX * sizeof(int))];
+	} cm;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	if (getppid() != zygote)
+		_exit(0);
+	close_fds(3, sock - 1);
+	close_fds(sock + 1, -1);
+	for (;;) {
+		struct iovec iov = { &byte, 1 };
+		struct msghdr m;
+		struct cmsghdr *c;
+		ssize_t n;
+
+		memset(&m, 0, sizeof m);
+		m.msg_iov = &iov;
+		m.msg_iovlen = 1;
+		m.msg_control = cm.buf;
+		m.msg_controllen = sizeof cm.buf;
+		n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			_exit(0);
+		for (c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+			int *fd = (int *)CMSG_DATA(c);
+			size_t i, k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+				continue;
+			for (i = 0; i < k; i++)
+				close(fd[i]);   /* the teardown, here */
+		}
+	}
+}
+
+int closer_start(struct zygote *z)
+{
+	int sv[2];
+	pid_t pid;
+
+	z->closer = -1;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		close(sv[0]);
+		close(z->ctl);          /* the host's socket is Z's alone */
+		closer_main(z->self, sv[1]);
+	}
+	close(sv[1]);
+	if (pid < 0) {
+		close(sv[0]);
+		return -1;
+	}
+	z->closer = sv[0];
+	z->closer_pid = pid;
+	return 0;
+}
+
+/* Sends what is queued, as much as the socket takes now. */
+void closer_flush(struct zygote *z)
+{
+	while (nqueue > 0 && z->closer >= 0) {
+		size_t k = nqueue < MSG_FDS_MAX ? nqueue : MSG_FDS_MAX, i;
+		union {
+			struct cmsghdr h;
+			char buf[CMSG_SPACE(MSG_FDS_MAX * sizeof(int))];
+		} cm;
+		char byte = 0;
+		struct iovec iov = { &byte, 1 };
+		struct msghdr m;
+		struct cmsghdr *c;
+
+		memset(&cm, 0, sizeof cm);
+		memset(&m, 0, sizeof m);
+		m.msg_iov = &iov;
+		m.msg_iovlen = 1;
+		m.msg_control = cm.buf;
+		m.msg_controllen = CMSG_SPACE(k * sizeof(int));
+		c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(k * sizeof(int));
+		memcpy(CMSG_DATA(c), queue + nqueue - k, k * sizeof(int));
+		if (sendmsg(z->closer, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+			if (errno == EINTR)
+				continue;
+			/* full (EAGAIN; or ETOOMANYREFS: too many files in flight for our uid):
+			 * later, at POLLOUT. Gone: we close them ourselves. */
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETOOMANYREFS)
+				return;
+			close(z->closer);
+			z->closer = -1;
+			break;
+		}
+		for (i = nqueue - k; i < nqueue; i++)
+			close(queue[i]);        /* K has its own reference now */
+		nqueue -= k;
+	}
+	if (z->closer < 0)
+		while (nqueue > 0)
+			close(queue[--nqueue]);
+}
+
+void closer_give(struct zygote *z, int fd)
+{
+	if (fd < 0)
+		return;
+	if (z->closer < 0) {
+		close(fd);
+		return;
+	}
+	if (nqueue == capqueue) {
+		size_t cap = capqueue ? 2 * capqueue : 64;
+		int *q = realloc(queue, cap * sizeof *q);
+
+		if (!q) {
+			close(fd);      /* no memory: the old way, in our thread */
+			return;
+		}
+		queue = q;
+		capqueue = cap;
+	}
+	queue[nqueue++] = fd;
+	closer_flush(z);
+}
+
+int closer_waiting(const struct zygote *z)
+{
+	return nqueue > 0 && z->closer >= 0;
+}
+
+/* K exited (reaped by request_reap): the files are ours to close from now on. */
+void closer_gone(struct zygote *z)
+{
+	z->closer_pid = 0;
+	if (z->closer >= 0)
+		close(z->closer);
+	z->closer = -1;
+	closer_flush(z);
+}
+
+/* At Z's end: the queued files to K, then EOF; K closes them and exits, and Z waits for it,
+ * so that nothing of Z outlives it. */
+void closer_stop(struct zygote *z)
+{
+	int st;
+
+	while (closer_waiting(z)) {
+		struct pollfd pf = { z->closer, POLLOUT, 0 };
+
+		if (poll(&pf, 1, 1000) <= 0 || (pf.revents & (POLLERR | POLLHUP))) {
+			close(z->closer);
+			z->closer = -1;
+		}
+		closer_flush(z);
+	}
+	if (z->closer >= 0)
+		close(z->closer);
+	z->closer = -1;
+	while (z->closer_pid > 0 && waitpid(z->closer_pid, &st, 0) < 0 && errno == EINTR)
+		;
+	z->closer_pid = 0;
+}
