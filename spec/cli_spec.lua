@@ -116,14 +116,76 @@ describe("corral CLI", function()
     assert.is_nil(has["shared-netns"])
   end)
 
-  it("runs a warm policy cold: one run would pay for a warm interpreter and throw it away", function()
-    -- a zygote run's /proc/self/exe is corral-zygote; a cold run's is the interpreter
-    local body, status = split_status(corral("run --json --policy warm " ..
-      tmp("import os; print(os.path.basename(os.readlink('/proc/self/exe')))")))
+  it("runs a warm policy in its warm interpreter, as the server does, and leaves nothing behind", function()
+    -- what the program sees: a zygote run's /proc/self/exe is corral-zygote (a cold run's is the
+    -- interpreter) and the policy's preloaded modules are already imported; its cwd names its
+    -- run directory. `sh -c` says the CLI's pid, which its zygote's --parent-pid names.
+    local out = H.sh("sh -c 'echo $$; exec " .. H.cli .. " run --json --policy warm " ..
+      tmp("import os, sys\nprint(os.path.basename(os.readlink('/proc/self/exe')), 'json' in sys.modules)\n"
+        .. "print(os.getcwd())") .. "'; echo \"<$?>\"")
+    local pid, rest = out:match("^(%d+)\n(.*)$")
+    local body, status = split_status(rest)
     assert.are.equal(0, status, body)
     local r = cjson.decode(body)
-    assert.matches("^python3", r.stdout)
+    local exe, json_loaded, work = r.stdout:match("^(%S+) (%S+)\n(%S+)\n$")
+    assert.are.equal("corral-zygote", exe, r.stdout)
+    assert.are.equal("True", json_loaded)
     assert.is_true(r.network_isolated)
+    assert.is_truthy(H.has(r.limits, "pid-namespace") and H.has(r.limits, "seccomp"), table.concat(r.limits, " "))
+    -- once it has exited: no zygote of it, no run directory
+    assert.are.same({}, H.pids_with("--parent-pid " .. pid .. " "))
+    assert.matches("/corral%-%w+/work$", work)
+    assert.is_false(core.exists((work:gsub("/work$", ""))), work)
+  end)
+
+  describe("stopped by SIGTERM or SIGINT mid-run", function()
+    -- The CLI as a child of this process (its signals at their defaults, as a shell's foreground
+    -- job has them); its run's program sleeps. Returns what it left: its exit, its run
+    -- directory, and whether anything of it still runs.
+    local function stop_mid_run(policy, signum)
+      local ended
+      local cli = assert(core.spawn {
+        file = "/usr/bin/lua5.4", args = { "bin/corral", "run", "--json", "--policy", policy, "--timeout", "30",
+          tmp("import time\ntime.sleep(30)") },
+        stdout_cap = 65536, stderr_cap = 65536, timeout = 60,
+        on_exit = function(raw) ended = raw end,
+      })
+      local pid = cli:pid()
+      local marker = "--parent-pid " .. pid .. " "
+      -- its run directory, from its launcher's (or its warm run's init's) arguments; then the
+      -- program itself running from it
+      local top
+      assert.is_true(H.eventually(function()
+        core.run("nowait")
+        for _, line in ipairs(H.pids_with(marker)) do
+          local args = H.sh("tr '\\0' ' ' < /proc/" .. line .. "/cmdline")
+          top = top or args:match("(/[%w/]+/corral%-%w+)/code/")
+        end
+        return top ~= nil
+      end, 20), "the run did not start: " .. tostring(ended and ended.stderr))
+      assert.is_true(H.eventually(function()
+        for _, p in ipairs(H.pids_with("python3 -I -u " .. top .. "/code/main.py")) do
+          local args = H.sh("tr '\\0' ' ' < /proc/" .. p .. "/cmdline")
+          if args:match("^/usr/bin/python3") then return true end
+        end
+        return false
+      end, 20), "the program did not start")
+      core.kill(pid, signum)
+      assert.is_true(H.eventually(function() core.run("nowait") return ended ~= nil end, 20), "the CLI did not exit")
+      return ended, top, H.pids_with(marker), H.pids_with(top .. "/code/")
+    end
+
+    for _, policy in ipairs({ "default", "warm" }) do
+      for _, sig in ipairs({ { 15, "SIGTERM" }, { 2, "SIGINT" } }) do
+        it("under " .. policy .. ", " .. sig[2] .. " ends the run and leaves nothing behind", function()
+          local raw, top, procs, programs = stop_mid_run(policy, sig[1])
+          assert.are.same({ 128 + sig[1], 0 }, { raw.exit_status, raw.term_signal }, raw.stderr)
+          assert.are.same({}, procs, "a launcher or zygote of the CLI outlived it")
+          assert.are.same({}, programs, "the program outlived the CLI")
+          assert.is_false(core.exists(top), "its run directory " .. top .. " outlived the CLI")
+        end)
+      end
+    end
   end)
 
   it("adds an error object to --json when the sandbox fails", function()

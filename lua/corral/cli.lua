@@ -166,6 +166,39 @@ local function json_lib()
   return cjson
 end
 
+local SIGINT, SIGTERM = 2, 15
+
+-- The run, waited for on the loop; then what it kept (its warm interpreter) let go and gone.
+-- SIGTERM or SIGINT kills the run and ends the wait once it has been cleaned up: a CLI stopped
+-- mid-run leaves no run directory, process or interpreter behind.
+-- @return result, message, code, and the signal that stopped the CLI (nil if none)
+local function run_to_end(corral, code, opts)
+  local core = require "corral.core"
+  local done, proc, signum, res, rerr, rcode = false, nil, nil, nil, nil, nil
+  local function on_signal(n)
+    signum = signum or n
+    if proc then proc:kill() end
+  end
+  local watchers = { core.signal(SIGTERM, on_signal), core.signal(SIGINT, on_signal) }
+  local function unwatch() for _, w in ipairs(watchers) do w:close() end end
+  local ok, p, err, ecode = pcall(corral.start, code, opts, function(r, e, c)
+    res, rerr, rcode, done = r, e, c, true
+  end)
+  if not ok then unwatch() error(p, 0) end
+  if not p then
+    res, rerr, rcode, done = nil, err, ecode, true
+  else
+    proc = p
+    if signum then proc:kill() end
+  end
+  while not done do core.run("once") end
+  -- the warm interpreter exits once idle: wait for it, so that none outlives the command
+  local closed, cerr = corral.close(5)
+  if not closed then say(io.stderr, "corral run: " .. tostring(cerr) .. "\n") end
+  unwatch()
+  return res, rerr, rcode, signum
+end
+
 local function cmd_run(args)
   local opts, pos = parse(args, 2, RUN_FLAGS)
   if not opts then return usage_error("run", pos) end
@@ -188,16 +221,17 @@ local function cmd_run(args)
     opts.stdin_file = nil
   end
   local corral = require "corral"
-  -- one run per process: a holder of a shared network namespace, or a warm interpreter, would
-  -- be started for it and thrown away
+  -- one run per process: a holder of a shared network namespace, or a launch started ahead,
+  -- would be started for it and thrown away. A warm policy still runs in its warm interpreter:
+  -- slower for one run than cold, but the sandbox and the program's view are the server's.
   require("corral.host").set_share_network(false)
-  corral.warm_interpreters = false
   corral.prestart_launches = false
-  local ok, res, rerr, rcode = pcall(corral.run_python, code, opts)
+  local ok, res, rerr, rcode, signum = pcall(run_to_end, corral, code, opts)
   if not ok then
     -- a bad option value: the message names it
-    return usage_error("run", (tostring(res):gsub("^run_python: ", "")))
+    return usage_error("run", (tostring(res):gsub("^start: ", "")))
   end
+  if signum then return 128 + signum end
   if json then
     local result = require "corral.result"
     say(io.stdout, result.encode(result.object(res, rerr, rcode, cjson.null), cjson) .. "\n")
@@ -227,6 +261,8 @@ local function cmd_probe(args)
   if #pos > 0 then return usage_error("probe", "unexpected argument " .. pos[1]) end
   local corral = require "corral"
   local ok, p, err = pcall(corral.probe, opts.policy)
+  -- a warm policy's probe ran in its warm interpreter: gone before the command is
+  corral.close(5)
   if not ok then return usage_error("probe", tostring(p)) end
   if not p then say(io.stderr, "corral probe: " .. tostring(err) .. "\n") return EXIT_SANDBOX end
   if opts.json then
