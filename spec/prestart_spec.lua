@@ -213,6 +213,34 @@ describe("prestarted launches", function()
     assert.is_true(H.eventually(function() return #H.pids_with("corral-launch --prestart ") == 0 end, 3))
   end)
 
+  -- A controller whose Lua state closes (its script ends, os.exit(code, true)) with a run in
+  -- flight, or right after it let go of its launches (killed, not yet reaped): every run
+  -- directory it made goes with its state. The runs' directories go to a directory of this
+  -- test's own (the policy's tmp_dir), so that another controller's cannot be taken for one.
+  for _, base in ipairs({ "default", "warm" }) do
+    for _, ending in ipairs({ "mid-run", "after letting go" }) do
+      it("leave no run directory behind a controller that ends " .. ending .. " (" .. base .. ")", function()
+        local d = assert(core.mkdtemp("/tmp/corral-ends.XXXXXX"))
+        core.chmod(d, 493) -- 0755: run uids pass through to their code
+        local act = ending == "mid-run"
+          and "assert(c.start(\"import time\\ntime.sleep(30)\", {policy = pol}, function() end)) "
+          or "assert(c.prestart({policy = pol}) > 0) c.let_go_prestarted() "
+        local out = H.sh("timeout 20 lua5.4 -e 'package.path = \"lua/?.lua;lua/?/init.lua;\" .. package.path; "
+          .. "package.cpath = \"csrc/?.so;\" .. package.cpath; local c = require(\"corral\"); "
+          .. "local pol = c.load_policy(\"" .. base .. "\"):extend{name = \"ends\", tmp_dir = \"" .. d .. "\"} "
+          .. act .. "io.write(#require(\"corral.core\").listdir(\"" .. d .. "\")) os.exit(0, true)'; echo \" rc=$?\"")
+        local left = core.listdir(d) or {}
+        for _, name in ipairs(left) do
+          H.eventually(function() return #H.stray_processes() == 0 end, 5)
+          core.rmtree(d .. "/" .. name)
+        end
+        core.rmtree(d)
+        assert.are.equal("1 rc=0", out)
+        assert.are.same({}, left, "run directories left behind")
+      end)
+    end
+  end
+
   it("do not keep corral.run_loop() going once the runs are done, warm ones neither", function()
     -- two runs each (the second starts a launch ahead), then the loop in its default mode must
     -- return: a launch waiting for a run that may never come is nothing pending

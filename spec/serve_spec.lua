@@ -495,7 +495,16 @@ describe("corral serve", function()
       end
       return out
     end
-    local s = start_server("--policy warm --concurrency 2")
+    -- the warm policy with its runs' directories in one of this test's own: what is left there is
+    -- these servers', never another controller's
+    local runs = dir .. "/runs"
+    assert(core.mkdir(runs, 493)) -- 0755: run uids pass through to their code
+    local pfile = dir .. "/warm-here.lua"
+    write(pfile, 'return require("corral.policy").load("warm"):extend { name = "warm-here", tmp_dir = '
+      .. string.format("%q", runs) .. " }\n")
+    os.execute("chmod a+r " .. q(pfile))
+    local function left() return core.listdir(runs) or {} end
+    local s = start_server("--policy " .. q(pfile) .. " --concurrency 2")
     assert.is_true(H.eventually(function() return #zygotes(s) == 1 end, 5), "no warm interpreter: " .. tostring(read(s.log)))
     -- a name set at module level by one run is not there for the next; a preloaded module is
     local code = "import sys\nprint(globals().get('left', 'fresh'), 'json' in sys.modules, sys.argv[0].endswith('/code/main.py'))\nleft = 'stale'"
@@ -509,11 +518,28 @@ describe("corral serve", function()
     core.kill(s.pid, 15)
     assert.are.equal(0, exit_status(s, 10), read(s.log))
     assert.is_true(H.eventually(function() return #zygotes(s) == 0 end, 5), "the warm interpreter outlived its server")
-    -- killed outright, the server takes its warm interpreter along (its parent-death signal)
-    local k = start_server("--policy warm")
+    assert.are.same({}, left(), "a run directory outlived its server")
+    -- stopped as soon as it listens, its warm-up run (and the interpreter's start) in flight: the
+    -- drain waits for that run's end and clean-up
+    local t = start_server("--policy " .. q(pfile))
+    core.kill(t.pid, 15)
+    assert.are.equal(0, exit_status(t, 10), read(t.log))
+    assert.is_true(H.eventually(function() return #zygotes(t) == 0 end, 5), "the warm interpreter outlived its server")
+    assert.are.same({}, left(), "the warm-up run's directory outlived its server")
+    -- killed outright, the server takes its warm interpreter along (its parent-death signal); the
+    -- directory of a run it had then (its warm-up run's, on a slow machine) it cannot remove: its
+    -- flock is free, for the next controller's sweep, which this test does now
+    local k = start_server("--policy " .. q(pfile))
     assert.is_true(H.eventually(function() return #zygotes(k) == 1 end, 5), "no warm interpreter")
     core.kill(k.pid, 9)
     assert.is_true(H.eventually(function() return #zygotes(k) == 0 end, 5), "the warm interpreter outlived its server")
+    for _, name in ipairs(left()) do
+      local lock
+      assert.is_true(H.eventually(function() lock = core.lock(runs .. "/" .. name) return lock ~= nil end, 5),
+        "the killed server's run directory is still locked")
+      core.rmtree(runs .. "/" .. name)
+      lock:close()
+    end
   end)
 
   it("leaves no sandboxed process behind when the server is SIGKILLed", function()

@@ -15,7 +15,7 @@ local warm = require "corral.warm"
 local M = { _VERSION = "corral 0.1.0" }
 
 --- false: run the policies with `warm` set cold, each run through a fresh corral-launch (the
--- same sandbox). The CLI sets it: a one-shot process would pay an interpreter's start-up twice.
+-- same sandbox, but not the program's view of a warm run: an embedder's choice, not the CLI's).
 M.warm_interpreters = true
 
 --- false: start no launch ahead of its run (a policy's `prestart`). The CLI sets it: a one-shot
@@ -44,9 +44,15 @@ local function sandbox_error(kind, message)
   return setmetatable({ kind = kind, message = message }, SandboxError)
 end
 
+-- Every run that holds a directory, from make_run to its cleanup: a run in flight, a launch
+-- started ahead, one let go of and not reaped yet. The sentinel below removes them all when the
+-- Lua state closes without their ends having been seen, whatever the path that made them.
+local live = {}
+
 -- Remove the run's directory and give back its uid. Returns an error message or nil.
 local function cleanup(run)
   local err
+  live[run] = nil
   if run.top then
     -- what make_run made, when that is all there is (the work dir is a tmpfs of the run's own
     -- mount namespace, so empty here): four calls, not a walk of the tree
@@ -96,6 +102,7 @@ local function make_run(pol, opts, code, host, has_nul)
   local top, err, ecode = core.mkdtemp(tmp_dir .. "/corral-XXXXXX")
   if not top then cleanup(run) return nil, err, ecode end
   run.top = top
+  live[run] = true
   -- held for the run's life on the directory itself: tells a later sweep that it has a live owner
   run.lock, err, ecode = core.lock(top)
   if not run.lock then cleanup(run) return nil, err, ecode end
@@ -268,15 +275,17 @@ local function let_go(slot, unused)
   slot.proc:kill()
 end
 
--- A controller that ends without corral.close(): its Lua state's close kills the waiting
--- launches (the loop's teardown) and this removes their directories.
+-- A controller that ends without corral.close(), or with runs in flight: its Lua state's close
+-- kills their processes (the loop's teardown; here first, with their groups) and removes the
+-- directories of every run whose end the loop has not seen (a waiting launch, one let go of, a
+-- run in flight).
 prestarted.sentinel = setmetatable({}, { __gc = function()
-  for _, slot in ipairs(prestarted.list) do
+  for run in pairs(live) do
     -- (a warm interpreter's launch has no pid until the zygote named it: kill(-0) would be ours)
-    local pid = slot.proc and slot.proc:pid() or 0
+    local pid = run.proc and run.proc:pid() or 0
     if pid > 0 then pcall(core.kill, -pid, 9) end
-    pcall(cleanup, slot.run)
   end
+  for run in pairs(live) do pcall(cleanup, run) end
 end })
 
 -- Start one launch ahead for `key` (through the policy's warm interpreter when `use_zygote`).
@@ -313,6 +322,7 @@ local function prestart_one(key, pol, o, host, has_nul, extra, use_zygote)
     return
   end
   slot.proc = proc
+  run.proc = proc
   local list = prestarted.list
   list[#list + 1] = slot
   while #list > PRESTART_MAX do let_go(list[1], true) end
@@ -526,6 +536,7 @@ function start_cold(pol, o, host, code, on_done, extra, use_zygote)
       "EPOLICY"
   end
   if not proc then cleanup(run) return nil, serr, scode end
+  run.proc = proc
   return proc
 end
 
