@@ -176,6 +176,7 @@ local function run_to_end(corral, code, opts)
   local core = require "corral.core"
   local done, proc, signum, res, rerr, rcode = false, nil, nil, nil, nil, nil
   local function on_signal(n)
+    if done then return end   -- the run is over: its result stands
     signum = signum or n
     if proc then proc:kill() end
   end
