@@ -171,7 +171,7 @@ static void check_success(const struct args *a, const struct plan *p, const char
 			   strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_") == strlen(s),
 			   "deny_syscall '%s'", s);
 	}
-	FUZZ_CHECK(p->seccomp != PLAN_MECH_OFF || (!p->ndeny_syscall && !p->deny_sockets),
+	FUZZ_CHECK(p->seccomp != PLAN_MECH_OFF || (!p->ndeny_syscall && !p->deny_sockets && !p->unix_pairs),
 		   "seccomp options without it");
 	FUZZ_CHECK(p->budget_cpu_ms <= 604800000ULL, "budget_cpu_ms");
 	FUZZ_CHECK(p->budget_memory_kb <= (1ULL << 40), "budget_memory_kb");

@@ -78,11 +78,13 @@ static const char help_text[] =
 	"  --seccomp off|auto|require\n"
 	"                        a seccomp filter for the program (default off)\n"
 	"  --deny-syscall NAME   repeatable (at most 256); NAME fails with EPERM\n"
-	"  --deny-sockets        socket() of every family but AF_UNIX fails with\n"
-	"                        EPERM\n"
+	"  --deny-sockets        socket() of every family but AF_UNIX, and bind(),\n"
+	"                        fail with EPERM\n"
 	"  --deny-sockets-without-netns\n"
 	"                        the same, only when the run has no network\n"
 	"                        namespace of its own (none, or a shared one)\n"
+	"  --unix-pairs-only     socket(AF_UNIX) and datagram socket pairs fail\n"
+	"                        with EPERM: no socket can address another\n"
 	"  --seccomp-cache DIR   keep the built filter in DIR (owned by us, mode\n"
 	"                        0700) and load it from there when the same filter\n"
 	"                        is asked again\n"
@@ -314,7 +316,7 @@ enum opt {
 	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_KILL_UID,
 	O_LANDLOCK, O_FS_RO, O_FS_RW, O_SECCOMP, O_DENY_SYSCALL, O_BUDGET_CPU, O_BUDGET_MEM,
 	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE,
-	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_CGROUP_REQUIRE,
+	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_UNIX_PAIRS, O_CGROUP_REQUIRE,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD,
 	O_PRESTART,
 	O_COUNT
@@ -353,6 +355,7 @@ static const struct {
 	[O_SCOPE] = { "--scope", 0, 0 },
 	[O_DENY_SOCKETS] = { "--deny-sockets", 0, 0 },
 	[O_DENY_SOCKETS_NONS] = { "--deny-sockets-without-netns", 0, 0 },
+	[O_UNIX_PAIRS] = { "--unix-pairs-only", 0, 0 },
 	[O_CGROUP_REQUIRE] = { "--cgroup-require", 0, 0 },
 	[O_PIDNS] = { "--pidns", 0, 0 },
 	[O_NO_PIDNS] = { "--no-pidns", 0, 0 },
@@ -486,6 +489,9 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 		return 0;
 	case O_DENY_SOCKETS_NONS:
 		p->deny_sockets = 2;
+		return 0;
+	case O_UNIX_PAIRS:
+		p->unix_pairs = 1;
 		return 0;
 	case O_CGROUP_REQUIRE:
 		p->cgroup_require = 1;
@@ -647,8 +653,8 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		fail(err, errlen, "--fs-ro, --fs-rw, --deny-tcp and --scope need --landlock auto|require");
 		goto bad;
 	}
-	if (p->seccomp == PLAN_MECH_OFF && (seen[O_DENY_SYSCALL] || p->deny_sockets)) {
-		fail(err, errlen, "--deny-syscall and --deny-sockets need --seccomp auto|require");
+	if (p->seccomp == PLAN_MECH_OFF && (seen[O_DENY_SYSCALL] || p->deny_sockets || p->unix_pairs)) {
+		fail(err, errlen, "--deny-syscall, --deny-sockets and --unix-pairs-only need --seccomp auto|require");
 		goto bad;
 	}
 	if (seen[O_DENY_SOCKETS] && seen[O_DENY_SOCKETS_NONS]) {

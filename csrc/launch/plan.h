@@ -84,7 +84,9 @@ struct plan {
 	size_t ndeny_syscall;
 	int deny_sockets;           /* socket() of any family but AF_UNIX: EPERM; 1: --deny-sockets,
 				 * 2: --deny-sockets-without-netns (only when the run has no
-				 * network namespace of its own: none, or a shared one) */
+				 * network namespace of its own: none, or a shared one); and
+				 * bind(): no socket of the run has a name */
+	int unix_pairs;             /* --unix-pairs-only: no unix socket but a connected pair */
 	const char *seccomp_cache;  /* --seccomp-cache DIR: the built filter is kept there; NULL */
 	/* Whole-run budgets (budget.c), enforced by the supervisor; 0: none. */
 	unsigned long long budget_cpu_ms;       /* CPU time of every process of the run */

@@ -1,4 +1,5 @@
-/* seccomp.c: the program's seccomp filter (--seccomp, --deny-syscall, --deny-sockets).
+/* seccomp.c: the program's seccomp filter (--seccomp, --deny-syscall, --deny-sockets,
+ * --unix-pairs-only).
  *
  * The filter is built with libseccomp by A, once, before any fork (seccomp_prepare): libseccomp
  * allocates, which C must not do between fork and execve. A exports the BPF program into a static
@@ -13,7 +14,12 @@
  *   with unshare or setns denied  clone() with any CLONE_NEW* flag: EPERM; clone3(): ENOSYS, so
  *                                 glibc falls back to clone() (clone3's flags are in memory, which
  *                                 a filter cannot read)
- *   --deny-sockets                socket() and socketpair() of any family but AF_UNIX: EPERM
+ *   --deny-sockets                socket() and socketpair() of any family but AF_UNIX, bind():
+ *                                 EPERM
+ *   --unix-pairs-only             socket(AF_UNIX), socketpair(AF_UNIX) of any type but stream
+ *                                 and seqpacket: EPERM
+ *   either of the two             io_uring_setup(): EPERM (its SOCKET and BIND operations are
+ *                                 not system calls the filter sees)
  *   another ABI (i386, x32)       the process is killed (SIGSYS): its numbers are not checked
  *
  * --seccomp-cache DIR: libseccomp builds the same program for the same plan every run (about
@@ -62,6 +68,7 @@
 static struct {
 	int ready;                              /* 1: seccomp_prepare() ran for a filter */
 	int sockets;                            /* the filter refuses socket() but AF_UNIX */
+	int unix_pairs;                         /* and unix sockets but connected pairs */
 	int err;                                /* 0, or why the filter could not be built */
 	unsigned denied;                        /* distinct --deny-syscall names in the filter */
 	unsigned short len;                     /* instructions in insns */
@@ -107,8 +114,78 @@ static void add_unknown(const char *name)
 	line_add(l, name);
 }
 
-/* Adds the rules for names, deny_sockets to ctx. Returns 0 or a negative errno (libseccomp's). */
-static int add_rules(scmp_filter_ctx ctx, const char *const *names, size_t n, int deny_sockets)
+/* The socket rules: sockets (--deny-sockets) and unix_pairs (--unix-pairs-only) for ctx, each
+ * call left alone when the deny list (nrs) already refuses it. Returns 0 or a negative errno.
+ *
+ * The family and the type are ints: the kernel drops a register's high 32 bits. So a rule that
+ * refuses one value compares the low 32 bits alone (MASKED_EQ: 0x100000001 is AF_UNIX to the
+ * kernel), and a rule that refuses all values but one compares all 64 (NE: a value with high
+ * bits set is refused, failing closed).
+ *
+ * What --unix-pairs-only leaves the program, checked against net/unix/af_unix.c: sockets of a
+ * connected stream or seqpacket pair. Their connect() fails (EISCONN: the state is checked after
+ * the lookup, and only the lookup happens), a stream's sendto()/sendmsg() with an address too
+ * (EISCONN), a seqpacket's drops the address and goes to the peer (unix_seqpacket_sendmsg), and
+ * listen() needs an unconnected socket (EINVAL): such a socket reaches its peer alone. A datagram
+ * pair is refused: a datagram socket may sendto() or connect() any name. A connected pair may
+ * still be named: bind() (refused with --deny-sockets, in a namespace other runs share), and
+ * autobind (an abstract name of 5 hex digits the kernel picks, when SO_PASSCRED is set), which
+ * no other socket of a run can address. */
+static int add_socket_rules(scmp_filter_ctx ctx, const int *nrs, unsigned count, int sockets,
+			    int unix_pairs)
+{
+	unsigned t;
+	int rc = 0;
+
+	if (!has_nr(nrs, count, SCMP_SYS(socket))) {
+		if (sockets && unix_pairs)
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 0);
+		else if (sockets)
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
+					      SCMP_A0_64(SCMP_CMP_NE, AF_UNIX));
+		else
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
+					      SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_UNIX));
+		if (rc < 0)
+			return rc;
+	}
+	if (!has_nr(nrs, count, SCMP_SYS(socketpair))) {
+		/* Only AF_UNIX (and TIPC) implement socketpair; keep it to AF_UNIX. */
+		if (sockets) {
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1,
+					      SCMP_A0_64(SCMP_CMP_NE, AF_UNIX));
+			if (rc < 0)
+				return rc;
+		}
+		/* Each type but the two, by the low 4 bits the kernel reads it from (SOCK_TYPE_MASK;
+		 * SOCK_CLOEXEC and SOCK_NONBLOCK are above): a type a later kernel adds is refused
+		 * too. Two comparisons in one rule are AND-ed. */
+		for (t = 0; unix_pairs && t <= 0xf; t++) {
+			if (t == SOCK_STREAM || t == SOCK_SEQPACKET)
+				continue;
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 2,
+					      SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_UNIX),
+					      SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xfULL, t));
+			if (rc < 0)
+				return rc;
+		}
+	}
+	/* With --deny-sockets the program's sockets are unix ones alone: no name for them, in a
+	 * namespace where other runs would see it in /proc/net/unix or need it. */
+	if (sockets && !has_nr(nrs, count, SCMP_SYS(bind))) {
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(bind), 0);
+		if (rc < 0)
+			return rc;
+	}
+	if (!has_nr(nrs, count, SCMP_SYS(io_uring_setup)))
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(io_uring_setup), 0);
+	return rc;
+}
+
+/* Adds the rules for names, sockets and unix_pairs to ctx. Returns 0 or a negative errno
+ * (libseccomp's). */
+static int add_rules(scmp_filter_ctx ctx, const char *const *names, size_t n, int sockets,
+		     int unix_pairs)
 {
 	int nrs[PLAN_SYSCALLS_MAX];
 	unsigned count = 0;
@@ -150,22 +227,10 @@ static int add_rules(scmp_filter_ctx ctx, const char *const *names, size_t n, in
 		}
 	}
 
-	if (deny_sockets) {
-		/* The family is an int; libseccomp compares all 64 bits of the register, so a value
-		 * with high bits set is refused too (fails closed). */
-		if (!has_nr(nrs, count, SCMP_SYS(socket))) {
-			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
-					      SCMP_A0_64(SCMP_CMP_NE, AF_UNIX));
-			if (rc < 0)
-				return rc;
-		}
-		/* Only AF_UNIX (and TIPC) implement socketpair; keep it to AF_UNIX. */
-		if (!has_nr(nrs, count, SCMP_SYS(socketpair))) {
-			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1,
-					      SCMP_A0_64(SCMP_CMP_NE, AF_UNIX));
-			if (rc < 0)
-				return rc;
-		}
+	if (sockets || unix_pairs) {
+		rc = add_socket_rules(ctx, nrs, count, sockets, unix_pairs);
+		if (rc < 0)
+			return rc;
 	}
 	return 0;
 }
@@ -214,7 +279,7 @@ static int export_bpf(scmp_filter_ctx ctx)
 }
 
 /* Builds the filter for these rules into filt. Returns 0 or an errno. */
-static int build(const char *const *names, size_t n, int deny_sockets)
+static int build(const char *const *names, size_t n, int sockets, int unix_pairs)
 {
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	int rc;
@@ -234,7 +299,7 @@ static int build(const char *const *names, size_t n, int deny_sockets)
 	if (rc == 0)
 		seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 	if (rc == 0)
-		rc = add_rules(ctx, names, n, deny_sockets);
+		rc = add_rules(ctx, names, n, sockets, unix_pairs);
 	rc = rc < 0 ? -rc : export_bpf(ctx);
 	seccomp_release(ctx);
 	return rc;
@@ -243,7 +308,7 @@ static int build(const char *const *names, size_t n, int deny_sockets)
 /* ---- the cache (--seccomp-cache) ---- */
 
 #define CACHE_MAGIC "CORRALSC"
-#define CACHE_VERSION 1U
+#define CACHE_VERSION 2U
 #define KEY_MAX (PLAN_SYSCALLS_MAX * 66 + 1024)
 
 /* The file: this header, then key_len bytes of key, unknown_len bytes of the unknown line,
@@ -299,7 +364,7 @@ static int key_str(const char *s)
 }
 
 /* Every input of build() for this plan; 0, or -1: no cache for this run. */
-static int make_key(const struct plan *p, int sockets)
+static int make_key(const struct plan *p, int sockets, int unix_pairs)
 {
 	struct utsname u;
 	struct stat self;
@@ -316,7 +381,8 @@ static int make_key(const struct plan *p, int sockets)
 	if (key_str(buf) || key_str(u.machine) || key_str(u.release) || key_str(u.version))
 		return -1;
 	plan_off = cache.key_len;
-	if (key_str(sockets ? "sockets" : "no-sockets"))
+	if (key_str(sockets ? "sockets" : "no-sockets") ||
+	    key_str(unix_pairs ? "unix-pairs" : "unix-any"))
 		return -1;
 	for (i = 0; i < p->ndeny_syscall; i++)
 		if (key_str(p->deny_syscall[i]))
@@ -463,8 +529,9 @@ void seccomp_prepare(const struct launch *L)
 	 * shared one, ns.c, is not) */
 	filt.sockets = p->deny_sockets == 1 ||
 		       (p->deny_sockets == 2 && (!L->netns || ns_net_shared()));
+	filt.unix_pairs = p->unix_pairs;
 	filt.ready = 1;
-	if (p->seccomp_cache && make_key(p, filt.sockets) == 0)
+	if (p->seccomp_cache && make_key(p, filt.sockets, filt.unix_pairs) == 0)
 		dfd = cache_dir(p->seccomp_cache);
 	if (dfd >= 0 && cache_read(dfd) == 0) {
 		close(dfd);
@@ -472,7 +539,7 @@ void seccomp_prepare(const struct launch *L)
 	}
 	filt.unknown.len = 0;           /* a rejected file may have left its own */
 	filt.unknown_cut = 0;
-	filt.err = build(p->deny_syscall, p->ndeny_syscall, filt.sockets);
+	filt.err = build(p->deny_syscall, p->ndeny_syscall, filt.sockets, filt.unix_pairs);
 	if (dfd >= 0) {
 		if (!filt.err)
 			cache_write(dfd);
@@ -511,6 +578,8 @@ int seccomp_apply(const struct plan *p)
 		report_applied_num("seccomp", filt.denied);
 		if (filt.sockets)
 			report_applied("deny-sockets");
+		if (filt.unix_pairs)
+			report_applied("unix-pairs-only");
 		return 0;
 	}
 	if (filt.sockets && ns_net_shared()) {
@@ -527,6 +596,9 @@ int seccomp_apply(const struct plan *p)
 	if (filt.sockets)
 		report_refused("deny-sockets", err, "there is no seccomp filter: the program may "
 			       "make sockets of every family");
+	if (filt.unix_pairs)
+		report_refused("unix-pairs-only", err, "there is no seccomp filter: the program may "
+			       "make unix sockets that reach the host's by name");
 	return 0;
 }
 
@@ -586,7 +658,7 @@ int seccomp_probe(void)
 
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 		return errno;
-	err = build(names, 1, 1);
+	err = build(names, 1, 1, 1);
 	if (!err)
 		err = load();
 	if (!err && (syscall(SYS_personality, 0xffffffffUL) != -1 || errno != EPERM))
