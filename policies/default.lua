@@ -84,8 +84,14 @@ return policy.base {
     "open_by_handle_at", "name_to_handle_at", "personality",
   },
   -- where the run has no network namespace of its own (the shared one, or none where none could
-  -- be made): socket() of every family but AF_UNIX is refused
+  -- be made): socket() of every family but AF_UNIX is refused, and bind(): no socket of a run has
+  -- a name other runs would see in /proc/net/unix or need
   deny_sockets = "without-netns",
+  -- in every namespace: no unix socket but a connected stream or seqpacket pair (socketpair(),
+  -- which multiprocessing.Pipe and asyncio use), so none reaches a host socket by path, whatever
+  -- uid the run has. multiprocessing.Manager and Listener (named sockets) fail: "any" gives them
+  -- back, with Landlock and the private /tmp, /var/tmp, /dev/shm and /run as the only walls
+  unix_sockets = "pairs",
 
   -- whole-run budgets: cpu_seconds and memory_mb bound every process of the run together.
   -- "auto": a cgroup in `cgroup` (a delegated cgroup v2 directory) when set and usable, else

@@ -25,7 +25,9 @@
 -- "always" with the host network too), `scope`
 -- (Landlock scoping of signals and abstract unix sockets), `seccomp` ("off", "auto", "require"),
 -- `deny_syscalls` (names answered EPERM), `deny_sockets` ("always", "without-netns", "never":
--- socket() of every family but AF_UNIX), `seccomp_cache` (default true: the built filter is kept
+-- socket() of every family but AF_UNIX, and bind()), `unix_sockets` ("pairs", the default with a
+-- seccomp filter: no unix socket but a connected stream or seqpacket pair, so no path or name is
+-- reached; "any"), `seccomp_cache` (default true: the built filter is kept
 -- in the controller's private lock directory and loaded from there by the next runs), `budgets` ("off", "poll", "cgroup", "auto": whole-run
 -- CPU and memory), `budget_poll_ms`, `cgroup` (a delegated cgroup v2 directory),
 -- `protect_controller` (default true: the controller is made non-dumpable before its first run).
@@ -97,6 +99,7 @@ local ENUMS = { network = { new = true, shared = true, host = true },
                 user_namespace = { auto = true, never = true, always = true },
                 filesystem = MECH, seccomp = MECH,
                 deny_sockets = { always = true, ["without-netns"] = true, never = true },
+                unix_sockets = { pairs = true, any = true },
                 budgets = { off = true, poll = true, cgroup = true, auto = true } }
 
 local function check_paths(self, field, t)
@@ -383,6 +386,9 @@ function Policy:launch_args(opts, run, host)
     elseif self.deny_sockets == "without-netns" and own_netns then
       add("--deny-sockets-without-netns")
     end
+    -- no socket that could address a host socket by path, whatever uid the run has (Landlock
+    -- does not control connect(), nor a read-only mount)
+    if self.unix_sockets ~= "any" then add("--unix-pairs-only") end
     if self.seccomp_cache ~= false then
       local dir = require("corral.host").lock_dir()
       if dir then add("--seccomp-cache", dir) end
@@ -460,7 +466,7 @@ local EXTRA_NAMES = {
   { "closed-fds", "closed-fds" },
   { "filesystem", "filesystem" }, { "landlock-net", "landlock-net" },
   { "scoped-signals", "scoped-signals" }, { "scoped-abstract-unix", "scoped-abstract-unix" },
-  { "seccomp", "seccomp" }, { "deny-sockets", "deny-sockets" },
+  { "seccomp", "seccomp" }, { "deny-sockets", "deny-sockets" }, { "unix-pairs-only", "unix-pairs-only" },
   { "budget-cpu", "budget-cpu" }, { "budget-memory", "budget-memory" },
   { "budget-poll", "budget-poll" }, { "cgroup", "cgroup" },
 }
