@@ -33,8 +33,11 @@ os.symlink(D, "locked/inside")
 os.chmod("locked", 0)
 os.chmod("a/b", 0)
 os.mkfifo("fifo")
-s = socket.socket(socket.AF_UNIX)
-s.bind("sock")
+try:
+    s = socket.socket(socket.AF_UNIX)   # refused by the seccomp filter (unix-pairs-only)
+    s.bind("sock")
+except OSError:
+    pass
 print("planted", flush=True)
 ]], S.pystr(ctx.sentinel_dir), S.pystr(ctx.sentinel))
 end
@@ -231,7 +234,10 @@ for name in ("...", "new\nline", " ", "-rf", "\udcff\udcfe"):
     os.mkdir(os.path.join(base, name))
     open(os.path.join(base, name, "f"), "w").write("x")
 os.mkfifo("fifo")
-socket.socket(socket.AF_UNIX).bind("sock")
+try:
+    socket.socket(socket.AF_UNIX).bind("sock")
+except OSError:
+    pass
 q = base
 for i in range(300):
     q = os.path.join(q, "d")
