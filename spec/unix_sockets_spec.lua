@@ -163,8 +163,9 @@ attempt("high-bits", high_bits)
 attempt("high-bits-pair", high_bits_pair)
 attempt("dgram", dgram)
 attempt("dgram-connect", dgram_connect)
+# (SOCK_RAW is a datagram socket to the kernel's AF_UNIX)
 for name, kind in (("stream", socket.SOCK_STREAM), ("seqpacket", socket.SOCK_SEQPACKET),
-                   ("dgram", socket.SOCK_DGRAM)):
+                   ("dgram", socket.SOCK_DGRAM), ("raw", socket.SOCK_RAW)):
     for how in ("connect", "sendto"):
         attempt("pair-%%s-%%s" %% (name, how), pair(kind, how))
 ]], pystr(path))
@@ -186,7 +187,7 @@ for _, pname in ipairs({ "default", "warm", "bwrap" }) do
       assert.is_truthy(res, err)
       assert.are.equal("exit", res.reason, res.stderr)
       assert.is_falsy(res.stdout:find("REACHED", 1, true), res.stdout)
-      assert.are.equal(12, select(2, res.stdout:gsub("refused", "")), res.stdout)
+      assert.are.equal(14, select(2, res.stdout:gsub("refused", "")), res.stdout)
       local log = read(path .. ".log") or ""
       assert.are.equal("", log, "the listener saw: " .. log)
       if pname ~= "bwrap" then
@@ -346,6 +347,7 @@ describe("unix sockets", function()
     assert.matches("REACHED dgram", out)
     assert.matches("REACHED high%-bits\n", out)
     assert.matches("REACHED high%-bits%-pair", out)
+    assert.matches("REACHED pair%-raw%-sendto", out)
     assert(H.eventually(function()
       local log = read(path .. ".log") or ""
       return log:find("ACCEPTED stream", 1, true) and log:find("ACCEPTED seqpacket", 1, true)

@@ -131,6 +131,15 @@ static void add_unknown(const char *name)
  * still be named: bind() (refused with --deny-sockets, in a namespace other runs share), and
  * autobind (an abstract name of 5 hex digits the kernel picks, when SO_PASSCRED is set), which
  * no other socket of a run can address. */
+/* socketpair() types refused with --unix-pairs-only: (type & mask) == value */
+static const struct {
+	unsigned long long mask, value;
+} pair_refused[] = {
+	{ 0x2, 0x2 },   /* DGRAM 2, RAW 3 (a datagram socket to the kernel), 6, 7, 10, 11, 14, 15 */
+	{ 0x8, 0x8 },   /* 8, 9, 12, 13 */
+	{ 0xb, 0x0 },   /* 0, RDM 4 */
+};
+
 static int add_socket_rules(scmp_filter_ctx ctx, const int *nrs, unsigned count, int sockets,
 			    int unix_pairs)
 {
@@ -157,15 +166,16 @@ static int add_socket_rules(scmp_filter_ctx ctx, const int *nrs, unsigned count,
 			if (rc < 0)
 				return rc;
 		}
-		/* Each type but the two, by the low 4 bits the kernel reads it from (SOCK_TYPE_MASK;
-		 * SOCK_CLOEXEC and SOCK_NONBLOCK are above): a type a later kernel adds is refused
-		 * too. Two comparisons in one rule are AND-ed. */
-		for (t = 0; unix_pairs && t <= 0xf; t++) {
-			if (t == SOCK_STREAM || t == SOCK_SEQPACKET)
-				continue;
+		/* Every type but the two, in the low 4 bits the kernel reads it from (SOCK_TYPE_MASK;
+		 * SOCK_CLOEXEC and SOCK_NONBLOCK are above), so that a type a later kernel adds is
+		 * refused too. STREAM (0001) and SEQPACKET (0101) alone have neither bit 1 nor bit 3
+		 * set and bit 0 set: three masked compares cover the other fourteen. Two comparisons
+		 * in one rule are AND-ed. */
+		for (t = 0; unix_pairs && t < sizeof pair_refused / sizeof pair_refused[0]; t++) {
 			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 2,
 					      SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_UNIX),
-					      SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xfULL, t));
+					      SCMP_A1_64(SCMP_CMP_MASKED_EQ, pair_refused[t].mask,
+							 pair_refused[t].value));
 			if (rc < 0)
 				return rc;
 		}
