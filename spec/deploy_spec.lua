@@ -974,7 +974,7 @@ describe("deploy/k8s/seccomp-corral.json", function()
       assert.is_nil(dl[l], l .. " under the runtime default")
     end
     -- degraded: what stays without namespaces
-    for _, l in ipairs({ "subreaper", "seccomp", "deny-sockets", "no-new-privs", "budget-cpu", "timeout" }) do
+    for _, l in ipairs({ "subreaper", "seccomp", "deny-sockets", "unix-pairs-only", "no-new-privs", "budget-cpu", "timeout" }) do
       assert.is_true(dl[l], l .. " under the runtime default: " .. table.concat(rd.limits, " "))
     end
     if base.landlock_abi > 0 then assert.is_true(dl.filesystem, "Landlock under the runtime default") end
