@@ -5,7 +5,9 @@ local report = require "corral.report"
 describe("report.parse", function()
   it("reads a whole report", function()
     local r = report.parse("corral-launch 1\napplied session\napplied cpu 3\napplied filesystem 7\n"
-      .. "refused seccomp ENOSYS no filter here\npid 2\nstatus exit 3\nusage 10 20 30\ntotal 40 50\n")
+      .. "refused seccomp ENOSYS no filter here\npid 2\nstatus exit 3\nusage 10 20 30\ntotal 40 50\n"
+      .. "observed tasks 8\nobserved vm 131072\nobserved file 1048576\nobserved tasks 9\nobserved x 1\n"
+      .. "observed vm -1\nobserved file 99999999999999999999999\n")
     assert.equal(1, r.version)
     assert.same({ session = true, cpu = "3", filesystem = "7" }, r.applied)
     assert.same({ "session", "cpu", "filesystem" }, r.applied_order)
@@ -14,6 +16,8 @@ describe("report.parse", function()
     assert.same({ kind = "exit", code = 3 }, r.status)
     assert.same({ user_us = 10, sys_us = 20, maxrss_kb = 30 }, r.usage)
     assert.same({ cpu_us = 40, peak_kb = 50 }, r.total)
+    -- the first of each known name; unknown names and bad numbers are skipped
+    assert.same({ tasks = 8, vm = 131072, file = 1048576 }, r.observed)
   end)
 
   it("takes a record only at the start of a line", function()
@@ -42,7 +46,7 @@ describe("report.parse", function()
   end)
 
   it("gives an empty report for what is not text", function()
-    assert.same({ applied = {}, applied_order = {}, refused = {} }, report.parse(nil))
-    assert.same({ applied = {}, applied_order = {}, refused = {} }, report.parse(""))
+    assert.same({ applied = {}, applied_order = {}, refused = {}, observed = {} }, report.parse(nil))
+    assert.same({ applied = {}, applied_order = {}, refused = {}, observed = {} }, report.parse(""))
   end)
 end)

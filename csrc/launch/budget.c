@@ -46,6 +46,13 @@
  * cannot be used is "refused cgroup ERRNO DIR (what): how to delegate", and the budgets are
  * polled; with --cgroup-require it is "fatal cgroup" and nothing runs.
  *
+ * Observations. The walks also keep the most tasks of the run seen at once and the largest
+ * address space of one process (field 23 of the same stat); one more walk is made when the
+ * program has exited and is not reaped yet (budget_observe_exit), so that a short run that forked
+ * up to RLIMIT_NPROC is seen there. With RLIMIT_FSIZE, the largest file the run left
+ * (mounts_largest_file). They are written "observed NAME N" after "total": the policy names a
+ * limit as the run's end only when they show it was reached.
+ *
  * The state is this file's: the launcher is one process, B and C inherit it with fork().
  */
 #include "launch.h"
@@ -88,6 +95,12 @@ static struct {
 	unsigned long long integral_ticks;      /* own CPU of every process the ticks saw */
 	unsigned long long peak_kb;     /* the highest memory charged (polling: charged_kb()) or
 					 * memory.peak */
+	/* What the walks saw, for the report's "observed" lines (the reason of the run's end is
+	 * decided from them, never from what the program prints) */
+	const struct plan *plan;
+	int end_seen;                   /* the walk at C's exit was made */
+	unsigned long long peak_tasks;  /* the most tasks of the run in one walk */
+	unsigned long long peak_vm_kb;  /* the largest address space of one process */
 	/* cgroup mode */
 	int cg;                 /* 1: the run cgroup exists and is in use */
 	int cg_made;            /* 1: it was made (stays set once it is removed) */
@@ -155,6 +168,7 @@ static struct walk {
 	unsigned long long full_ticks;  /* utime+stime+cutime+cstime of the live and zombies */
 	unsigned long long own_new;     /* own CPU the previous tick had not seen, ticks */
 	unsigned long long pages;       /* resident pages */
+	unsigned long long vm_kb;       /* the largest address space of one process */
 	int cur;
 	unsigned long long boot[2];     /* CLOCK_BOOTTIME at the start of the walk, clock ticks */
 	size_t count[2];
@@ -230,6 +244,7 @@ struct pstat {
 	unsigned long long children;    /* cutime+cstime, ticks */
 	unsigned long long threads;
 	unsigned long long start;       /* starttime */
+	unsigned long long vsize;       /* address space, bytes */
 	unsigned long long rss;         /* pages */
 };
 
@@ -293,6 +308,7 @@ static int read_stat(pid_t pid, struct pstat *s)
 	s->children = f[16] + f[17];
 	s->threads = f[20];
 	s->start = f[22];
+	s->vsize = f[23];
 	s->rss = f[24];
 	return 0;
 }
@@ -363,6 +379,7 @@ static void walk_run(void)
 	W.full_ticks = 0;
 	W.own_new = 0;
 	W.pages = 0;
+	W.vm_kb = 0;
 	memset(W.slot[g], 0, sizeof W.slot[g]);
 	W.boot[g] = boot_ticks();
 	read_children(AT_FDCWD, "/proc/thread-self/children");
@@ -380,6 +397,8 @@ static void walk_run(void)
 		e->rss_kb = s.rss * bud.page_kb;
 		W.full_ticks += s.own + s.children;
 		W.pages += s.rss;
+		if (s.vsize / 1024 > W.vm_kb)
+			W.vm_kb = s.vsize / 1024;
 		before = walk_find(W.cur, e->pid);
 		if (before && before->read && before->start == s.start)
 			W.own_new += s.own > before->own ? s.own - before->own : 0;
@@ -431,6 +450,10 @@ static void measure_walk(int walk)
 		walk_run();
 		bud.integral_ticks += W.own_new;
 		bud.live_us = ticks_us(W.full_ticks);
+		if (W.tasks > bud.peak_tasks)
+			bud.peak_tasks = W.tasks;
+		if (W.vm_kb > bud.peak_vm_kb)
+			bud.peak_vm_kb = W.vm_kb;
 	} else {
 		bud.live_us = 0;        /* all reaped: nothing left to walk */
 	}
@@ -823,6 +846,7 @@ int budget_prepare(const struct launch *L)
 	const struct plan *p = L->plan;
 	long pagesize;
 
+	bud.plan = p;
 	if (!p->cgroup && !p->budget_cpu_ms && !p->budget_memory_kb)
 		return 0;
 	bud.clk_tck = sysconf(_SC_CLK_TCK);
@@ -961,6 +985,48 @@ void budget_report_total(const struct rusage *ru)
 	line_add(&l, " ");
 	line_num(&l, peak);
 	line_send(&l, report_get_fd());
+}
+
+/* C has exited and is not reaped yet: one more walk, so that the tasks it leaves (its zombie
+ * and its children, which the kernel still counts against RLIMIT_NPROC) are seen however short
+ * the run was. Once; one waitid() per call until then. */
+void budget_observe_exit(pid_t pid)
+{
+	siginfo_t si;
+
+	if (!bud.on || bud.over || bud.end_seen)
+		return;
+	si.si_pid = 0;
+	if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != pid)
+		return;
+	bud.end_seen = 1;
+	measure_walk(1);
+}
+
+static void report_observed(const char *what, unsigned long long v)
+{
+	struct line l;
+
+	line_start(&l, "observed ");
+	line_add(&l, what);
+	line_add(&l, " ");
+	line_num(&l, v);
+	line_send(&l, report_get_fd());
+}
+
+/* "observed tasks N" and "observed vm KB" (the walks: with a budget only), "observed file
+ * BYTES" (the largest file left in the run's own directories, looked for only when RLIMIT_FSIZE
+ * was set and the program did not exit 0: the one case where a file at the limit can decide the
+ * reason). */
+void budget_report_observed(int wstatus)
+{
+	if (bud.on) {
+		report_observed("tasks", bud.peak_tasks);
+		report_observed("vm", bud.peak_vm_kb);
+	}
+	if (bud.plan && bud.plan->rlimit[PLAN_RL_FSIZE].set &&
+	    !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0))
+		report_observed("file", mounts_largest_file(bud.plan));
 }
 
 void budget_cleanup(void)

@@ -207,6 +207,8 @@ void mounts_state_set(const char *s);
 /* "refused private-tmp" / "refused work-tmpfs" for what the plan asked, when there is no mount
  * namespace to make them in; why completes the message. */
 void mounts_refuse(const struct plan *p, int err, const char *why);
+/* The size of the largest regular file in --chdir and the --tmpfs B mounted (a bounded walk). */
+unsigned long long mounts_largest_file(const struct plan *p);
 
 /* ---- child.c: C, between fork and execve ---- */
 
@@ -342,6 +344,8 @@ void budget_finish(int empty);  /* the run is over, before status: final measure
 				 * /proc when empty: the caller reaped every process of the run),
 				 * the run cgroup emptied and removed */
 void budget_report_total(const struct rusage *ru);     /* "total", after usage */
+void budget_observe_exit(pid_t pid);    /* before reaping: C exited? then a last walk */
+void budget_report_observed(int wstatus);       /* the "observed" lines, after total */
 void budget_cleanup(void);      /* A at the end, whatever happened: the run cgroup is removed */
 
 /* ---- probe.c ---- */

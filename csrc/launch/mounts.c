@@ -23,6 +23,7 @@
  */
 #include "launch.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,6 +32,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define refuse report_refused_at
@@ -326,4 +328,75 @@ int mounts_apply(const struct launch *L)
 	if (r == 0)
 		step_work_tmpfs(L);                             /* 6 */
 	return r;
+}
+
+/* ---- after the run: the largest file ---- */
+
+#define SCAN_ENTRIES 1024       /* entries looked at in all: a run that leaves more is said less of */
+#define SCAN_DEPTH 4            /* directories below each top */
+
+/* The largest regular file under the directory dfd, depth levels down; *left counts the entries
+ * still allowed. Links are not followed: only the run's own files count. */
+static void largest_in(int dfd, int depth, size_t *left, unsigned long long *max)
+{
+	char buf[2048];
+
+	for (;;) {
+		long n = syscall(SYS_getdents64, dfd, buf, sizeof buf), off;
+
+		if (n <= 0)
+			return;
+		for (off = 0; off < n;) {
+			struct dirent64 *d = (struct dirent64 *)(void *)(buf + off);
+			const char *name = d->d_name;
+			struct stat st;
+			int sub;
+
+			off += d->d_reclen;
+			if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2])))
+				continue;
+			if (*left == 0)
+				return;
+			(*left)--;
+			if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+				continue;
+			if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size > *max)
+				*max = (unsigned long long)st.st_size;
+			if (!S_ISDIR(st.st_mode) || depth == 0)
+				continue;
+			sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0)
+				continue;
+			largest_in(sub, depth - 1, left, max);
+			close(sub);
+		}
+	}
+}
+
+static void largest_at(const char *path, size_t *left, unsigned long long *max)
+{
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (dfd < 0)
+		return;
+	largest_in(dfd, SCAN_DEPTH, left, max);
+	close(dfd);
+}
+
+/* A file the kernel stopped at RLIMIT_FSIZE is exactly at the limit (write() writes up to it,
+ * then fails with EFBIG and SIGXFSZ): the supervisor looks for one where the program could write,
+ * in its work dir and its private tmpfs mounts (never the host's /tmp: without a mount namespace
+ * only --chdir is the run's own). */
+unsigned long long mounts_largest_file(const struct plan *p)
+{
+	char path[PATH_MAX];
+	size_t i, left = SCAN_ENTRIES;
+	unsigned long long max = 0;
+
+	if (p->chdir)
+		largest_at(p->chdir, &left, &max);
+	for (i = 0; i < p->ntmpfs; i++)
+		if (tmpfs_made[i])
+			largest_at(tmpfs_path(p, i, path), &left, &max);
+	return max;
 }

@@ -63,6 +63,7 @@ void prog_finish(struct prog *c, struct outcome *out)
 		report_usage(&ru);
 		budget_report_total(&ru);
 	}
+	budget_report_observed(st);
 	if (WIFSIGNALED(st)) {
 		out->kind = OUTCOME_SIGNAL;
 		out->value = WTERMSIG(st);
@@ -114,6 +115,7 @@ int init_wait(struct prog *c)
 	sigaddset(&set, SIGHUP);
 	for (;;) {
 		/* Every process of the namespace is re-parented to us: reap them all, until C. */
+		budget_observe_exit(c->pid);
 		while (reap_one(c) > 0)
 			;
 		if (c->reaped)

@@ -378,6 +378,7 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 			prog_read(&c);
 		if ((fds[0].revents & POLLIN) && drain_signals(L->sigfd))
 			stop = 1;
+		budget_observe_exit(c.pid);
 		while (reap_one(&c) > 0)
 			;
 		if (!c.reaped && !stop && budget_check())

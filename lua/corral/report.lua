@@ -19,9 +19,11 @@ end
 -- or nil), `pid`, `status` ({kind="exit"|"signal", code=n} or nil), `usage` ({user_us=, sys_us=,
 -- maxrss_kb=} or nil), `exceeded` ({name="cpu"|"memory"|"tasks", used=n, limit=n} or nil: a
 -- whole-run budget ended the run; tasks: too many to measure), `total` ({cpu_us=, peak_kb=} or nil: the whole run's CPU and summed
--- resident memory)
+-- resident memory), `observed` (name → number, what the supervisor saw: `tasks` the most tasks of
+-- the run at once, `vm` the largest address space of one process in KiB, `file` the largest file
+-- left in the run's directories in bytes; each only when measured)
 function M.parse(text)
-  local r = { applied = {}, applied_order = {}, refused = {} }
+  local r = { applied = {}, applied_order = {}, refused = {}, observed = {} }
   if type(text) ~= "string" then return r end
   -- each line that starts with a record's name: the newline put in front makes the first line
   -- one, and keeps a name in the middle of a line from counting
@@ -60,6 +62,12 @@ function M.parse(text)
       local c, m = match(rest, "^(%d+) (%d+)$")
       c, m = int(c), int(m)
       if c and m then r.total = { cpu_us = c, peak_kb = m } end
+    elseif kind == "observed" then
+      local name, v = match(rest, "^(%a+) (%d+)$")
+      v = int(v)
+      if (name == "tasks" or name == "vm" or name == "file") and v and not r.observed[name] then
+        r.observed[name] = v
+      end
     elseif kind == "usage" then
       local u, s, m = match(rest, "^(%d+) (%d+) (%d+)$")
       u, s, m = int(u), int(s), int(m)
