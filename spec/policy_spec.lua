@@ -26,7 +26,8 @@ describe("policies", function()
 
   it("clamps a request over a maximum and says so", function()
     local p = policy.load("default"):extend { name = "clamp", maxima = { memory_mb = 64 }, clamp = true }
-    local r = assert(corral.run_python("x = bytearray(100 * 1024 * 1024)", { policy = p, memory_mb = 512 }))
+    -- 200 MB held in 1 MB steps: runs at 512 MiB, reaches the limit at 64
+    local r = assert(corral.run_python("a = [b'x' * 10**6 for _ in range(200)]", { policy = p, memory_mb = 512 }))
     assert.are.same({ "memory_mb" }, r.clamped)
     assert.are.equal("memory", r.reason)
   end)

@@ -56,9 +56,11 @@ describe("run_python", function()
     assert.is_true(r.usage.cpu_user_s + r.usage.cpu_sys_s >= 0.9)
   end)
 
-  it("ends a memory bomb with reason memory", function()
+  -- the refused request leaves no trace the sandbox can see: it reads as the program's own exit
+  -- (see "reason, from what the sandbox saw")
+  it("refuses one allocation past memory_mb with MemoryError, reason exit", function()
     local r = run("x = bytearray(512 * 1024 * 1024)\nprint('allocated')", { memory_mb = 128 })
-    assert.are.equal("memory", r.reason)
+    assert.are.equal("exit", r.reason)
     assert.is_false(r.ok)
     assert.are.equal("", r.stdout)
     assert.is_truthy(r.stderr:find("MemoryError", 1, true))
@@ -318,6 +320,85 @@ print("planted")
     assert.is_false(core.exists(marker .. "/ran"))
     assert(core.rmtree(marker))
   end)
+end)
+
+-- A limit is the reason only when the sandbox saw it reached: what a program prints, or a signal
+-- it sends itself, is a claim. Each case under the three process structures: the launcher's init
+-- (default), corral-init forked from a zygote (warm), bubblewrap inside the launcher (bwrap).
+local GROW = "a = []\nwhile True: a.append(b'x' * 10**6)"
+local FORKS = [[
+import os, sys, time
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+except BlockingIOError as e:
+    print("stopped", n, e.errno, flush=True)
+time.sleep(HOLD)
+sys.exit(1)
+]]
+local reason_cases = {
+  { "a clean exit 0 after printing MemoryError is not memory", "exit",
+    "import sys\nprint('Traceback (most recent call last):\\nMemoryError', file=sys.stderr)",
+    { memory_mb = 128 } },
+  { "exit 1 after printing MemoryError, holding little, is not memory", "exit",
+    "import sys\nprint('Traceback (most recent call last):\\nMemoryError', file=sys.stderr)\nsys.exit(1)",
+    { memory_mb = 128 } },
+  { "a real allocation past memory_mb is memory", "memory", GROW, { memory_mb = 128, timeout = 10 },
+    stderr = "MemoryError" },
+  { "printing [Errno 27] File too large and exiting 1 is not file-size", "exit",
+    "import sys\nprint(\"OSError: [Errno 27] File too large: 'big'\", file=sys.stderr)\nsys.exit(1)",
+    { file_mb = 1 } },
+  -- (bwrap's own parent process turns the program's death by a signal into exit 128 + N)
+  { "SIGXFSZ sent to itself is signal, not file-size", { default = "signal", warm = "signal", bwrap = "exit" },
+    "import os, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_DFL)\nos.kill(os.getpid(), signal.SIGXFSZ)",
+    { file_mb = 1 } },
+  -- under bwrap the program has no writable directory
+  { "a real write past file_mb is file-size", "file-size",
+    "open('big', 'wb').write(b'x' * (3 * 1024 * 1024))", { file_mb = 1 }, stderr = "File too large",
+    skip = { bwrap = true } },
+  { "a real write past file_mb, SIGXFSZ at its default, is file-size", "file-size",
+    "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_DFL)\nopen('big', 'wb').write(b'x' * (3 << 20))",
+    { file_mb = 1 }, skip = { bwrap = true } },
+  -- exit at once: the supervisor's walk at the program's exit sees its zombie and children.
+  -- Under bwrap they die with bwrap's own PID namespace before that walk: only the budget's
+  -- 10 ms ticks see them, so the program stays at the limit a while. Without a run uid (not
+  -- root), bwrap's own user namespace changes what the kernel counts: not asserted there
+  { "forks until EAGAIN at processes=8, then exit 1, is processes", "processes",
+    function(pol) return (FORKS:gsub("HOLD", pol == "bwrap" and "2" or "0")) end,
+    { processes = 8, timeout = 10 }, stdout = "stopped %d+ 11", needs = "processes",
+    skip = { bwrap = not H.root } },
+  { "printing BlockingIOError: [Errno 11] without forking is not processes", "exit",
+    "import sys\nprint('BlockingIOError: [Errno 11] Resource temporarily unavailable', file=sys.stderr)\nsys.exit(1)",
+    { processes = 8 } },
+}
+
+describe("reason, from what the sandbox saw", function()
+  local snap
+  before_each(function() snap = H.snapshot() end)
+  after_each(function() H.assert_clean(snap) end)
+  teardown(function() assert(corral.close()) end)
+
+  for _, pol in ipairs({ "default", "warm", "bwrap" }) do
+    for _, c in ipairs(reason_cases) do
+      local name, want, code, opts = c[1], c[2], c[3], c[4]
+      if type(want) == "table" then want = want[pol] end
+      if not (c.skip and c.skip[pol]) then
+        it(pol .. ": " .. name, function()
+          local o = { policy = pol }
+          for k, v in pairs(opts) do o[k] = v end
+          local r = run(type(code) == "function" and code(pol) or code, o)
+          if c.needs then assert.is_true(H.has(r.limits, c.needs), "limits lack " .. c.needs) end
+          assert.are.equal(want, r.reason, r.stdout .. r.stderr)
+          if c.stderr then assert.is_truthy(r.stderr:find(c.stderr, 1, true), r.stderr) end
+          if c.stdout then assert.is_truthy(r.stdout:find(c.stdout), r.stdout) end
+        end)
+      end
+    end
+  end
 end)
 
 describe("a controller killed with SIGKILL", function()

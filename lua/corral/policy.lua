@@ -419,8 +419,43 @@ local function last_line(s)
   return (s or ""):gsub("%s+$", ""):match("([^\n]*)$") or ""
 end
 
---- Why the run ended: exit, timeout, cpu, memory, processes (more than the budget supervisor
--- can measure), file-size, output or signal.
+local function says_memory(tail)
+  return tail:match("^MemoryError") or tail:find("Cannot allocate memory", 1, true)
+    or tail:find("Fatal Python error: .*[Mm]emory") or tail:find("std::bad_alloc", 1, true)
+end
+
+-- What the program prints is only a claim: a limit is named when the supervisor saw it reached.
+-- Memory: a refused allocation means address space + request > RLIMIT_AS; a process that grew
+-- in steps to its limit holds within a step of it, and its resident set trails its address space
+-- by what it mapped and never touched (the interpreter's libraries and arenas: 6 to 14 MiB of
+-- python3, more in the warm zygote). So it came near when its largest resident set (getrusage) or
+-- address space (the budget's walks) is within a quarter of the limit, or 32 MiB. A single
+-- request far past the limit leaves nothing behind and reads as a plain exit: it cannot be told
+-- from a program that only prints MemoryError.
+local function near_memory(rep)
+  local limit = rep.applied.memory and tonumber(rep.applied.memory)
+  if not limit then return false end
+  local limit_kb = limit // 1024
+  local seen = math.max(rep.usage and rep.usage.maxrss_kb or 0, rep.observed.vm or 0)
+  return seen >= limit_kb - math.max(limit_kb // 4, 32768)
+end
+
+-- File size: write() stops at RLIMIT_FSIZE, then fails (EFBIG, SIGXFSZ): the file is at the
+-- limit. The supervisor reports the largest file left in the run's own directories.
+local function reached_file_size(rep)
+  local limit = rep.applied["file-size"] and tonumber(rep.applied["file-size"])
+  return limit and rep.observed.file and rep.observed.file >= limit or false
+end
+
+-- Processes: fork() fails with EAGAIN when the run's tasks (threads too, zombies until reaped)
+-- would pass RLIMIT_NPROC; the budget's walks (and one at the program's exit) count them.
+-- Not applied (uid 0) or not counted (no budget): never.
+local function reached_processes(rep)
+  local limit = rep.applied.processes and tonumber(rep.applied.processes)
+  return limit and rep.observed.tasks and rep.observed.tasks >= limit or false
+end
+
+--- Why the run ended: exit, timeout, cpu, memory, processes, file-size, output or signal.
 -- @param raw the host's raw outcome; `rep` the parsed launcher report
 function Policy:classify(raw, opts, rep)
   if raw.timed_out then return "timeout" end
@@ -438,15 +473,14 @@ function Policy:classify(raw, opts, rep)
     or (sig == SIGKILL and cpu_s >= opts.cpu_seconds + 0.5) then
     return "cpu"
   end
-  if sig == SIGXFSZ then return "file-size" end
+  -- SIGXFSZ alone is a signal: the kernel's looks like one the program sends itself
+  if sig == SIGXFSZ and reached_file_size(rep) then return "file-size" end
   local tail = last_line(raw.stderr_tail ~= "" and raw.stderr_tail or raw.stderr)
   local failed = (sig and sig ~= 0) or (rep.status and rep.status.code ~= 0) or raw.exit_status ~= 0
   if failed then
-    if tail:match("^MemoryError") or tail:find("Cannot allocate memory", 1, true)
-      or tail:find("Fatal Python error: .*[Mm]emory") or tail:find("std::bad_alloc", 1, true) then
-      return "memory"
-    end
-    if tail:find("[Errno 27] File too large", 1, true) then return "file-size" end
+    if says_memory(tail) and near_memory(rep) then return "memory" end
+    if tail:find("[Errno 27] File too large", 1, true) and reached_file_size(rep) then return "file-size" end
+    if reached_processes(rep) then return "processes" end
   end
   if sig and sig ~= 0 then return "signal" end
   return "exit"
