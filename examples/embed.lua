@@ -7,7 +7,7 @@ local corral = require "corral"
 local answers = {
   { name = "correct",   code = "def f(n): return n * (n + 1) // 2\nprint(f(100))" },
   { name = "slow",      code = "def f(n):\n    while True: pass\nprint(f(100))" },
-  { name = "greedy",    code = "x = bytearray(2 * 1024**3)\nprint(5050)" },
+  { name = "greedy",    code = "x = [b'x' * 10**6 for _ in range(2000)]\nprint(5050)" },
   { name = "chatty",    code = "for i in range(10**6): print('thinking', i)\nprint(5050)" },
   { name = "escapee",   code = "import os, time\nif os.fork() == 0:\n    os.setsid(); time.sleep(999)\nprint(5050)" },
 }
