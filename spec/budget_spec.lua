@@ -192,8 +192,9 @@ describe("whole-run budgets", function()
         assert.is_true(r.total.cpu_us < 10000000, r.text)
         assert.is_true(r.total.peak_kb >= u.maxrss_kb, r.text)
         assert.is_true(r.total.peak_kb < 1048576, r.text)
-        -- the lines come in order: the exceeded line (none here) before status, total after usage
-        assert.is_truthy(r.text:find("\nusage [^\n]+\ntotal %d+ %d+\n$"), r.text)
+        -- the lines come in order: the exceeded line (none here) before status, total after
+        -- usage, what the walks observed last
+        assert.is_truthy(r.text:find("\nusage [^\n]+\ntotal %d+ %d+\nobserved tasks %d+\nobserved vm %d+\n$"), r.text)
       end)
 
       it("writes no budget line without a budget", function()
