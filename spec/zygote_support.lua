@@ -130,7 +130,9 @@ end
 function M.stable_report(text)
   local keep = {}
   for line in (text or ""):gmatch("[^\n]+") do
-    if not line:match("^usage ") and not line:match("^pid ") and not line:match("^total ") then
+    if line:match("^observed ") then
+      keep[#keep + 1] = line:match("^observed %a+")   -- the same observations, measured apart
+    elseif not line:match("^usage ") and not line:match("^pid ") and not line:match("^total ") then
       keep[#keep + 1] = line
     end
   end
