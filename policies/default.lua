@@ -82,6 +82,10 @@ return policy.base {
     "modify_ldt", "uselib", "ustat", "sysfs", "fanotify_init", "lookup_dcookie",
     -- files by handle (escapes a bind mount), execution domains
     "open_by_handle_at", "name_to_handle_at", "personality",
+    -- memory the budget cannot see: a memfd's pages are in no mount and, once unmapped (or
+    -- sent through a unix socket and closed), in no process (memfd_secret: pages the kernel
+    -- locks). Files in the run's tmpfs mounts (/dev/shm, shm_open, O_TMPFILE) are counted.
+    "memfd_create", "memfd_secret",
   },
   -- where the run has no network namespace of its own (the shared one, or none where none could
   -- be made): socket() of every family but AF_UNIX is refused, and bind(): no socket of a run has
