@@ -85,6 +85,8 @@ static const struct {
 	[PLAN_RL_CORE] = { RLIMIT_CORE, "core-size" },          /* "no-core" when 0 */
 	[PLAN_RL_NOFILE] = { RLIMIT_NOFILE, "open-files" },
 	[PLAN_RL_NPROC] = { RLIMIT_NPROC, "processes" },
+	/* bytes of POSIX message queues, charged at mq_open: memory no process maps */
+	[PLAN_RL_MSGQUEUE] = { RLIMIT_MSGQUEUE, "message-queues" },
 };
 
 static void refuse_rlimit(const char *name, int err, unsigned long long value,

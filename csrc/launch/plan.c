@@ -14,6 +14,7 @@ static const char *const rlimit_names[PLAN_RL_COUNT] = {
 	[PLAN_RL_CORE] = "core",
 	[PLAN_RL_NOFILE] = "nofile",
 	[PLAN_RL_NPROC] = "nproc",
+	[PLAN_RL_MSGQUEUE] = "msgqueue",
 };
 
 static const char help_text[] =
@@ -54,7 +55,8 @@ static const char help_text[] =
 	"  --no-sweep-uid        do not\n"
 	"  --rlimit NAME=VALUE   repeatable; soft = hard = VALUE (cpu: hard is\n"
 	"                        VALUE + 1, so SIGXCPU comes first); NAME: cpu\n"
-	"                        (seconds), as, fsize (bytes), core, nofile, nproc\n"
+	"                        (seconds), as, fsize (bytes), core, nofile, nproc,\n"
+	"                        msgqueue (bytes)\n"
 	"  --env NAME=VALUE      repeatable; the program's whole environment\n"
 	"  --chdir DIR           the program's working directory\n"
 	"  --tmpfs PATH=BYTES    repeatable (at most 16); with a PID namespace, a\n"
@@ -198,7 +200,7 @@ static int parse_rlimit(struct plan *p, const char *s, char *err, size_t errlen)
 			break;
 	if (i == PLAN_RL_COUNT)
 		return fail(err, errlen,
-			    "--rlimit: unknown name '%.*s' (expected cpu as fsize core nofile nproc)",
+			    "--rlimit: unknown name '%.*s' (expected cpu as fsize core nofile nproc msgqueue)",
 			    (int)(n > 64 ? 64 : n), s);
 	/* RLIM_INFINITY is ~0ULL; cpu needs room for hard = value + 1. */
 	if (number("--rlimit", eq + 1, 0, ~0ULL - 2, &v, err, errlen))

@@ -25,6 +25,7 @@ enum plan_rlimit {
 	PLAN_RL_CORE,
 	PLAN_RL_NOFILE,
 	PLAN_RL_NPROC,
+	PLAN_RL_MSGQUEUE,
 	PLAN_RL_COUNT
 };
 

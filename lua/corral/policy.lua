@@ -369,6 +369,9 @@ function Policy:launch_args(opts, run, host)
   add("--rlimit", "core=0")
   add("--rlimit", "nofile=" .. int(opts.open_files))
   add("--rlimit", "nproc=" .. int(opts.processes))
+  -- POSIX message queues hold kernel memory outside the budget's sight: the kernel's default
+  -- (800 KiB), never more than an eighth of memory_mb, and no program may raise it
+  add("--rlimit", "msgqueue=" .. int(math.min(819200, opts.memory_mb * 131072)))
   if self.filesystem and self.filesystem ~= "off" then
     add("--landlock", self.filesystem)
     local ro, rw = self:filesystem_rules(opts, run)
@@ -496,7 +499,7 @@ local EXTRA_NAMES = {
   { "pid-namespace", "pid-namespace" }, { "private-ipc", "private-ipc" }, { "private-proc", "private-proc" },
   { "private-tmp", "private-tmp" }, { "work-tmpfs", "work-tmpfs" }, { "subreaper", "subreaper" },
   { "user-namespace", "user-namespace" }, { "shared-netns", "shared-netns" }, { "uid", "run-uid" },
-  { "no-new-privs", "no-new-privs" },
+  { "no-new-privs", "no-new-privs" }, { "message-queues", "message-queues" },
   { "closed-fds", "closed-fds" },
   { "filesystem", "filesystem" }, { "landlock-net", "landlock-net" },
   { "scoped-signals", "scoped-signals" }, { "scoped-abstract-unix", "scoped-abstract-unix" },
