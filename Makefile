@@ -67,7 +67,7 @@ ZYGOTE_HDR := $(LAUNCH_HDR) $(wildcard csrc/zygote/*.h)
 # 90 us on the development VM, against a static glibc's 350. Without musl-gcc: $(CC), static.
 INIT_SRC := csrc/init/main.c csrc/launch/steps.c csrc/launch/ns.c csrc/launch/mounts.c \
 	csrc/launch/plan.c csrc/launch/reap.c csrc/launch/report.c csrc/launch/budget.c \
-	csrc/launch/sweep.c
+	csrc/launch/held.c csrc/launch/sweep.c
 MUSL_CC  ?= $(shell command -v musl-gcc 2>/dev/null)
 INIT_CC  := $(or $(MUSL_CC),$(CC))
 

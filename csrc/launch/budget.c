@@ -22,8 +22,9 @@
  *             and start time against the previous tick's walk. It misses what a process spent
  *             after the last tick that saw it.
  *   memory  resident pages of every live process (field 24 of /proc/PID/stat, the same
- *           get_mm_rss() as field 2 of /proc/PID/statm, read in the same open), summed; the
- *           peak is kept.
+ *           get_mm_rss() as field 2 of /proc/PID/statm, read in the same open), summed, plus
+ *           what the kernel holds for the run outside them (held.c: its tmpfs mounts, its SysV
+ *           IPC); the peak is kept.
  * Over a budget: one line "exceeded cpu USED_MS LIMIT_MS" or "exceeded memory USED_KB
  * LIMIT_KB", and the supervisor ends the run as on SIGTERM. The walk reads at most WALK_MAX
  * tasks (processes, and the extra threads of multi-threaded ones, whose children lists are read
@@ -486,12 +487,13 @@ static long long read_pss_kb(pid_t pid)
  * processes (the interpreter, its imports) once per process: cheap, and an upper bound. Only
  * when that sum is over the budget is the run measured again by proportional set size, which
  * counts each shared page once in all; a process whose PSS cannot be read keeps its RSS (never
- * an undercount). */
-static unsigned long long charged_kb(unsigned long long rss_kb)
+ * an undercount). held_kb, what the kernel holds outside the processes, is added to either. */
+static unsigned long long charged_kb(unsigned long long rss_kb, unsigned long long held_kb)
 {
-	unsigned long long kb = 0;
+	unsigned long long kb = held_kb;
 	size_t i;
 
+	rss_kb += held_kb;
 	if (!bud.mem_limit_kb || rss_kb <= bud.mem_limit_kb)
 		return rss_kb;
 	for (i = 0; i < W.count[W.cur]; i++) {
@@ -514,7 +516,7 @@ static int measure_poll(void)
 	unsigned long long kb;
 
 	measure_walk(1);
-	kb = charged_kb(W.pages * bud.page_kb);
+	kb = charged_kb(W.pages * bud.page_kb, bud.mem_limit_kb ? held_kb() : 0);
 	if (kb > bud.peak_kb)
 		bud.peak_kb = kb;
 	if (W.full) {

@@ -10,6 +10,7 @@
  *   supervise.c  init (PID namespace) or subreaper loops, exit mirroring
  *   sweep.c      without a PID namespace: the tree kill, the uid sweep, --kill-uid
  *   budget.c     whole-run CPU and memory budgets: polling, or a cgroup v2 (--cgroup)
+ *   held.c       what the kernel holds for the run besides its pages (tmpfs, SysV IPC)
  *   child.c      the program's steps between fork and execve
  *   seccomp.c    the program's seccomp filter: built by A before any fork, loaded by C last
  *   landlock.c   Landlock for the program: --fs-ro, --fs-rw, --deny-tcp, --scope
@@ -324,6 +325,12 @@ void pids_read(int fd, void (*add)(long pid, void *arg), void *arg);
 int sweep_kill_uid(uid_t uid);
 
 long long now_ms(void);                         /* CLOCK_MONOTONIC */
+
+/* ---- held.c: memory the kernel holds for the run, for the polled memory budget ---- */
+
+void held_watch_mount(const struct plan *p, const char *path);  /* B: a tmpfs it mounted */
+void held_watch_ipc(const struct plan *p);      /* B, in the run's IPC namespace */
+unsigned long long held_kb(void);       /* KiB held now (0 when nothing is watched) */
 
 /* ---- budget.c: whole-run budgets (--budget-*, --cgroup) ---- */
 

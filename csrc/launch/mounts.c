@@ -209,6 +209,7 @@ static size_t step_tmpfs(const struct plan *p)
 			 inodes_for(p->tmpfs[i].size));
 		if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) == 0) {
 			tmpfs_made[i] = 1;
+			held_watch_mount(p, path);
 			mounted++;
 			continue;
 		}
@@ -299,6 +300,7 @@ static void step_work_tmpfs(const struct launch *L)
 		       "the program works in the host's --chdir directory");
 		return;
 	}
+	held_watch_mount(p, p->chdir);
 	report_applied("work-tmpfs");
 }
 
@@ -309,6 +311,7 @@ int mounts_apply(const struct launch *L)
 	size_t i;
 	int r = 0;
 
+	held_watch_ipc(p);              /* B is in the run's IPC namespace: its budget counts it */
 	if (step_private() != 0) {                              /* 1 */
 		int err = errno;
 

@@ -2,7 +2,154 @@
 -- inodes, space, fds, processes, threads, stack). See spec/hostile_spec.lua for the fields.
 local assert = require "luassert"
 
-return {
+-- Memory the kernel holds for a run outside its processes' pages, each kind attacked under a
+-- 64 MiB whole-run budget: the program takes 4 MiB at a time up to 256 MiB, printing
+-- "held MIB" after each step, or "refused MIB ERRNO" when a bound stops it, then holds it for
+-- 3 s. It must be ended with reason memory (the budget counted what was held) or refused at or
+-- below the budget; either way memory_peak_kb must show what it held.
+local HELD_BUDGET_MB = 64
+local HELD_PRELUDE = [[
+import ctypes, errno, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+MB = 1 << 20
+STEP = 4
+def fail(what):
+    e = ctypes.get_errno()
+    raise OSError(e, what + ": " + os.strerror(e))
+def hold(take, total=256):
+    held = 0
+    try:
+        while held < total:
+            take(held)
+            held += STEP
+            print("held", held, flush=True)
+    except OSError as e:
+        print("refused", held, e.errno, flush=True)
+    time.sleep(3)
+    print("survived", held, flush=True)
+]]
+
+local function held_case(kind, code, opts)
+  local o = { memory_mb = HELD_BUDGET_MB, timeout = 8 }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return {
+    name = kind .. " counts against the whole-run memory budget, or is refused within it",
+    code = HELD_PRELUDE .. code,
+    opts = o,
+    needs = { "budget-memory" },
+    check = function(r)
+      local held = tonumber(r.stdout:match(".*held (%d+)")) or 0
+      local peak = r.usage.memory_peak_kb or 0
+      if r.reason == "memory" then
+        -- ended by the budget: it counted more than the budget
+        assert.is_true(peak > HELD_BUDGET_MB * 1024, "peak " .. peak .. " KiB")
+        assert.is_nil(r.stdout:find("survived", 1, true), r.stdout)
+        return
+      end
+      local mb = tonumber(r.stdout:match("refused (%d+) %d+"))
+      assert.is_truthy(mb, "neither ended by the budget nor refused (reason " .. tostring(r.reason)
+        .. ", peak " .. peak .. " KiB): " .. r.stdout:sub(-200))
+      assert.is_true(mb <= HELD_BUDGET_MB, "refused only at " .. mb .. " MiB")
+      -- held for 3 s: every poll of those saw it
+      assert.is_true(peak >= held * 1024, "held " .. held .. " MiB, peak " .. peak .. " KiB")
+    end,
+  }
+end
+
+local HELD = {
+  held_case("detached SysV shared memory", [[
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.shmdt.argtypes = [ctypes.c_void_p]
+def take(i):
+    sid = libc.shmget(0, STEP * MB, 0o1600)      # IPC_PRIVATE, IPC_CREAT | 0600
+    if sid < 0:
+        fail("shmget")
+    a = libc.shmat(sid, None, 0)
+    if a is None or a == ctypes.c_void_p(-1).value:
+        fail("shmat")
+    ctypes.memset(a, 1, STEP * MB)
+    libc.shmdt(a)
+hold(take)
+]]),
+  held_case("SysV message queues", [[
+class Msg(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 8192)]
+m = Msg(1, b"x" * 8192)
+q = [-1, 0]         # the queue being filled, its bytes
+def take(i):
+    sent = 0
+    while sent < STEP * MB:
+        if q[0] < 0:
+            q[0] = libc.msgget(0, 0o1600)
+            if q[0] < 0:
+                fail("msgget")
+        if libc.msgsnd(q[0], ctypes.byref(m), 8192, 0o4000) != 0:     # IPC_NOWAIT
+            if ctypes.get_errno() != errno.EAGAIN:
+                fail("msgsnd")
+            q[0] = -1       # full: the next queue
+            continue
+        sent += 8192
+hold(take)
+]]),
+  held_case("POSIX message queues", [[
+import resource
+soft, hard = resource.getrlimit(resource.RLIMIT_MSGQUEUE)
+resource.setrlimit(resource.RLIMIT_MSGQUEUE, (hard, hard))
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+class Attr(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long),
+                ("curmsgs", ctypes.c_long), ("pad", ctypes.c_long * 4)]
+rt.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(Attr)]
+n = [0]
+def take(i):
+    sent = 0
+    while sent < STEP * MB:
+        name = ("/q%d" % n[0]).encode()
+        n[0] += 1
+        a = Attr(0, 10, 8192, 0)
+        d = rt.mq_open(name, os.O_CREAT | os.O_RDWR | os.O_NONBLOCK, 0o600, ctypes.byref(a))
+        if d < 0:
+            fail("mq_open")
+        for j in range(10):
+            if rt.mq_send(d, b"x" * 8192, 8192, 0) != 0:
+                fail("mq_send")
+            sent += 8192
+hold(take)
+]]),
+  held_case("memfds no longer mapped", [[
+import socket
+keep, far = socket.socketpair()
+def take(i):
+    fd = os.memfd_create("held")
+    os.write(fd, b"\1" * (STEP * MB))
+    # more than open_files: the rest in flight, in a unix socket's queue
+    try:
+        socket.send_fds(keep, [b"x"], [fd])
+        os.close(fd)
+    except OSError:
+        pass
+hold(take)
+]], { file_mb = 4 }),
+  held_case("tmpfs files in /tmp, /var/tmp, /dev/shm and the work dir", [[
+dirs = ["/tmp", "/var/tmp", "/dev/shm", "."]
+def take(i):
+    while dirs:
+        try:
+            with open("%s/held%d" % (dirs[0], i), "wb") as f:
+                f.write(b"\1" * (STEP * MB))
+            return
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            os.unlink("%s/held%d" % (dirs[0], i))
+            dirs.pop(0)
+    raise OSError(errno.ENOSPC, "every tmpfs is full")
+hold(take)
+]], { file_mb = 4 }),
+}
+
+local CASES = {
   {
     name = "a CPU loop ends with reason cpu (SIGXCPU)",
     code = "while True: pass",
@@ -229,3 +376,5 @@ repr(x)
     expect = { reason = "signal", signal = 11, returncode = -11, stdout = "nested" },
   },
 }
+for _, c in ipairs(HELD) do CASES[#CASES + 1] = c end
+return CASES
