@@ -10,7 +10,9 @@
  *             resident and swapped bytes. An attached segment's pages are in the resident size
  *             of whoever touched them through it;
  *   SysV msg  the bytes queued in every message queue (cbytes in /proc/sysvipc/msg), plus the
- *             kernel's header of each message (qnum).
+ *             kernel's header of each message (qnum);
+ *   SysV sem  every semaphore of every set (nsems in /proc/sysvipc/sem), at the kernel's size of
+ *             one (a cache line: the defaults allow a billion of them).
  * /proc/sysvipc lists the IPC namespace of the process that reads it: held_watch_ipc() is called
  * by B (or corral-init) once it is in the run's namespaces, never by A, whose IPC namespace is
  * the host's. A tmpfs page that a process maps counts twice (in its resident size and in the
@@ -21,12 +23,20 @@
  * and closed by its sender is in no process and no mount), pipe and socket buffers (nothing
  * shows them to another process; see THREAT-MODEL.md).
  *
- * A tick reads two small files and fstatfs()es a few fds: no allocation, stack buffers only.
+ * A tick reads three small files and fstatfs()es a few fds: no allocation, stack buffers only.
+ *
+ * Where it can, B also bounds the IPC namespace itself (held_ipc): its sysctls belong to the
+ * root of the user namespace that owns it, which B is as root (in no user namespace, or one that
+ * maps 0). Then a segment, the sum of segments, the message queues (at the worst, 1 MiB each:
+ * 16384 one-byte messages of 64 bytes in the kernel) and the semaphores each fit in the budget,
+ * and the program is refused past it. Without root (the caller's uid mapped to itself) the
+ * kernel refuses the write ("refused ipc-limits EACCES"), and the counting above stands alone.
  */
 #include "launch.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -37,6 +47,8 @@
 
 #define HELD_MOUNTS (PLAN_MOUNTS_MAX + 1)       /* every --tmpfs and the work tmpfs */
 #define MSG_HEADER 64           /* the kernel's struct msg_msg, per message, rounded up */
+#define SEM_SIZE 64             /* struct sem: cache-line aligned */
+#define MSGMNB 16384            /* the kernel's default bytes (and messages) per queue */
 
 static struct {
 	int ipc;                        /* 1: /proc/sysvipc is the run's */
@@ -55,9 +67,70 @@ void held_watch_mount(const struct plan *p, const char *path)
 		held.fd[held.n++] = fd;
 }
 
-void held_watch_ipc(const struct plan *p)
+/* Writes a number to /proc/sys/NAME: 0 or an errno. */
+static int sysctl_set(const char *name, unsigned long long v)
 {
-	held.ipc = p->budget_memory_kb != 0;
+	char path[64];
+	struct line l;
+	ssize_t n;
+	int fd, err = 0;
+
+	snprintf(path, sizeof path, "/proc/sys/%s", name);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno;
+	line_start(&l, "");
+	line_num(&l, v);
+	do
+		n = write(fd, l.buf, l.len);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)l.len)
+		err = n < 0 ? errno : EIO;
+	close(fd);
+	return err;
+}
+
+/* The IPC namespace's limits, from the budget (see the top of the file): 0 or an errno. */
+static int bound_ipc(unsigned long long kb)
+{
+	unsigned long long bytes = kb * 1024, queues = kb / 1024, sems = bytes / SEM_SIZE;
+	long page = sysconf(_SC_PAGESIZE);
+	char sem[96];
+	int fd, err;
+	ssize_t n;
+
+	if ((err = sysctl_set("kernel/shmmax", bytes)) ||
+	    (err = sysctl_set("kernel/shmall", bytes / (unsigned long long)(page > 0 ? page : 4096))) ||
+	    (err = sysctl_set("kernel/msgmnb", MSGMNB)) ||
+	    (err = sysctl_set("kernel/msgmni", queues ? queues : 1)))
+		return err;
+	/* kernel/sem: SEMMSL SEMMNS SEMOPM SEMMNI; only SEMMNS, the total, changes */
+	snprintf(sem, sizeof sem, "32000 %llu 500 32000", sems < 32000 ? 32000 : sems);
+	fd = open("/proc/sys/kernel/sem", O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno;
+	do
+		n = write(fd, sem, strlen(sem));
+	while (n < 0 && errno == EINTR);
+	err = n == (ssize_t)strlen(sem) ? 0 : n < 0 ? errno : EIO;
+	close(fd);
+	return err;
+}
+
+void held_ipc(const struct plan *p)
+{
+	int err;
+
+	if (!p->budget_memory_kb)
+		return;
+	held.ipc = 1;
+	err = bound_ipc(p->budget_memory_kb);
+	if (!err)
+		report_applied("ipc-limits");
+	else
+		report_refused("ipc-limits", err,
+			       "the IPC namespace's sysctls belong to the root of its user namespace, "
+			       "which does not map 0: the budget counts SysV IPC as it polls");
 }
 
 /* KiB in use in the tmpfs mounts. */
@@ -148,12 +221,19 @@ static unsigned long long msg_line(const char *l)
 	return field(l, 4) + field(l, 5) * MSG_HEADER;
 }
 
+/* key semid perms nsems ... */
+static unsigned long long sem_line(const char *l)
+{
+	return field(l, 4) * SEM_SIZE;
+}
+
 unsigned long long held_kb(void)
 {
 	unsigned long long kb = tmpfs_kb();
 
 	if (held.ipc)
 		kb += (sum_lines("/proc/sysvipc/shm", shm_line) +
-		       sum_lines("/proc/sysvipc/msg", msg_line)) / 1024;
+		       sum_lines("/proc/sysvipc/msg", msg_line) +
+		       sum_lines("/proc/sysvipc/sem", sem_line)) / 1024;
 	return kb;
 }

@@ -329,7 +329,7 @@ long long now_ms(void);                         /* CLOCK_MONOTONIC */
 /* ---- held.c: memory the kernel holds for the run, for the polled memory budget ---- */
 
 void held_watch_mount(const struct plan *p, const char *path);  /* B: a tmpfs it mounted */
-void held_watch_ipc(const struct plan *p);      /* B, in the run's IPC namespace */
+void held_ipc(const struct plan *p);    /* B, in the run's IPC namespace: bounds, watch */
 unsigned long long held_kb(void);       /* KiB held now (0 when nothing is watched) */
 
 /* ---- budget.c: whole-run budgets (--budget-*, --cgroup) ---- */

@@ -311,7 +311,7 @@ int mounts_apply(const struct launch *L)
 	size_t i;
 	int r = 0;
 
-	held_watch_ipc(p);              /* B is in the run's IPC namespace: its budget counts it */
+	held_ipc(p);            /* B is in the run's IPC namespace: bound it, count it */
 	if (step_private() != 0) {                              /* 1 */
 		int err = errno;
 

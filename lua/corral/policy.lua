@@ -500,6 +500,7 @@ local EXTRA_NAMES = {
   { "private-tmp", "private-tmp" }, { "work-tmpfs", "work-tmpfs" }, { "subreaper", "subreaper" },
   { "user-namespace", "user-namespace" }, { "shared-netns", "shared-netns" }, { "uid", "run-uid" },
   { "no-new-privs", "no-new-privs" }, { "message-queues", "message-queues" },
+  { "ipc-limits", "ipc-limits" },
   { "closed-fds", "closed-fds" },
   { "filesystem", "filesystem" }, { "landlock-net", "landlock-net" },
   { "scoped-signals", "scoped-signals" }, { "scoped-abstract-unix", "scoped-abstract-unix" },

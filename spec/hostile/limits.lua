@@ -92,6 +92,13 @@ def take(i):
         sent += 8192
 hold(take)
 ]]),
+  held_case("SysV semaphore sets", [[
+def take(i):
+    for j in range(2):      # 32000 semaphores of 64 bytes each in the kernel: 2 MiB a set
+        if libc.semget(0, 32000, 0o1600) < 0:
+            fail("semget")
+hold(take)
+]]),
   held_case("POSIX message queues", [[
 import resource
 soft, hard = resource.getrlimit(resource.RLIMIT_MSGQUEUE)
