@@ -12,7 +12,18 @@
  *   SysV msg  the bytes queued in every message queue (cbytes in /proc/sysvipc/msg), plus the
  *             kernel's header of each message (qnum);
  *   SysV sem  every semaphore of every set (nsems in /proc/sysvipc/sem), at the kernel's size of
- *             one (a cache line: the defaults allow a billion of them).
+ *             one (a cache line: the defaults allow a billion of them);
+ *   unix      the buffers of the run's unix sockets (socketpairs: the only ones a filtered run
+ *             may make): what each has sent and its peer not yet read (sk_wmem_alloc, by the
+ *             kernel's size of each buffer), plus a socket's own size, from a sock_diag dump of
+ *             the run's network namespace (a socket passed in a message and closed by all is
+ *             still there). Which sockets are the run's: all, in a network namespace of its
+ *             own; in a shared one, those of its uid when it has one of its own (--uid); else
+ *             (no root, network = "shared": other runs have the same uid) those of its uid while
+ *             they hold little (at most a sixteenth of the budget, a neighbour's included), and
+ *             past that only those in its processes' fd tables (its own /proc lists them alone):
+ *             then a socket held only in flight (sent in a message, closed by all) is missed,
+ *             at most RLIMIT_NOFILE of them (the kernel's bound on fds in flight per user).
  * /proc/sysvipc lists the IPC namespace of the process that reads it: held_watch_ipc() is called
  * by B (or corral-init) once it is in the run's namespaces, never by A, whose IPC namespace is
  * the host's. A tmpfs page that a process maps counts twice (in its resident size and in the
@@ -20,8 +31,8 @@
  *
  * Not counted here: POSIX message queues (charged at mq_open to RLIMIT_MSGQUEUE, which the
  * policy sets), memfds (refused by the policy's seccomp list: one passed through a unix socket
- * and closed by its sender is in no process and no mount), pipe and socket buffers (nothing
- * shows them to another process; see THREAT-MODEL.md).
+ * and closed by its sender is in no process and no mount), pipe buffers (nothing shows them to
+ * another process; the kernel bounds them per uid: see THREAT-MODEL.md).
  *
  * A tick reads three small files and fstatfs()es a few fds: no allocation, stack buffers only.
  *
@@ -38,7 +49,38 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+
+#if __has_include(<linux/netlink.h>)
+#include <linux/netlink.h>
+#else   /* musl, for corral-init: the few netlink definitions used here (the kernel's ABI) */
+struct nlmsghdr {
+	unsigned int nlmsg_len;
+	unsigned short nlmsg_type, nlmsg_flags;
+	unsigned int nlmsg_seq, nlmsg_pid;
+};
+struct sockaddr_nl {
+	sa_family_t nl_family;
+	unsigned short nl_pad;
+	unsigned int nl_pid, nl_groups;
+};
+#define NLM_F_REQUEST 0x01
+#define NLM_F_DUMP 0x300
+#define NLMSG_ERROR 0x2
+#define NLMSG_DONE 0x3
+#define NLMSG_ALIGN(len) (((len) + 3U) & ~3U)
+#define NLMSG_HDRLEN ((int)NLMSG_ALIGN(sizeof(struct nlmsghdr)))
+#define NLMSG_LENGTH(len) ((len) + NLMSG_HDRLEN)
+#define NLMSG_DATA(nlh) ((void *)((char *)(nlh) + NLMSG_HDRLEN))
+#define NLMSG_NEXT(nlh, len) ((len) -= NLMSG_ALIGN((nlh)->nlmsg_len), \
+	(struct nlmsghdr *)(void *)((char *)(nlh) + NLMSG_ALIGN((nlh)->nlmsg_len)))
+#define NLMSG_OK(nlh, len) ((len) >= (int)sizeof(struct nlmsghdr) && \
+	(nlh)->nlmsg_len >= sizeof(struct nlmsghdr) && (nlh)->nlmsg_len <= (unsigned)(len))
+#endif
+#include <dirent.h>
+#include <stdlib.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #ifndef TMPFS_MAGIC
@@ -50,11 +92,42 @@
 #define SEM_SIZE 64             /* struct sem: cache-line aligned */
 #define MSGMNB 16384            /* the kernel's default bytes (and messages) per queue */
 
+/* sock_diag for AF_UNIX (linux/sock_diag.h, linux/unix_diag.h: not in every libc's headers) */
+#ifndef NETLINK_SOCK_DIAG
+#define NETLINK_SOCK_DIAG 4
+#endif
+#define SOCK_DIAG_BY_FAMILY 20
+#define UDIAG_SHOW_MEMINFO 0x20
+#define UDIAG_SHOW_UID 0x40
+#define UNIX_DIAG_MEMINFO 5
+#define UNIX_DIAG_UID 7
+#define SK_MEMINFO_WMEM_ALLOC 2
+#define SOCK_SIZE 1024          /* a unix socket's own kernel memory, about */
+#define INO_SLOTS 8192          /* socket inodes of the run's fds: a power of 2 */
+
+struct unix_diag_req {
+	unsigned char family, protocol;
+	unsigned short pad;
+	unsigned int states, ino, show, cookie[2];
+};
+
+struct unix_diag_msg {
+	unsigned char family, type, state, pad;
+	unsigned int ino, cookie[2];
+};
+
 static struct {
 	int ipc;                        /* 1: /proc/sysvipc is the run's */
 	size_t n;
 	int fd[HELD_MOUNTS];            /* O_PATH roots of the run's tmpfs mounts */
-} held;
+	int diag;                       /* NETLINK_SOCK_DIAG socket, or -1: unix buffers not counted */
+	int by_uid;                     /* count only the sockets of uid */
+	int by_fd;                      /* ... and past a sixteenth of the budget, those in fds */
+	unsigned long long budget_kb;
+	uid_t uid;
+	size_t nino;                    /* the run's socket inodes, while counted by fds */
+	unsigned int ino[INO_SLOTS];    /* open addressing; 0: empty */
+} held = { .diag = -1 };
 
 void held_watch_mount(const struct plan *p, const char *path)
 {
@@ -115,6 +188,19 @@ static int bound_ipc(unsigned long long kb)
 	err = n == (ssize_t)strlen(sem) ? 0 : n < 0 ? errno : EIO;
 	close(fd);
 	return err;
+}
+
+void held_watch_net(const struct launch *L)
+{
+	const struct plan *p = L->plan;
+
+	if (!p->budget_memory_kb || !L->netns)
+		return;
+	held.by_uid = ns_net_shared();
+	held.by_fd = held.by_uid && !p->has_ids && mounts_proc_made();
+	held.uid = p->has_ids ? p->uid : geteuid();
+	held.budget_kb = p->budget_memory_kb;
+	held.diag = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 }
 
 void held_ipc(const struct plan *p)
@@ -227,6 +313,174 @@ static unsigned long long sem_line(const char *l)
 	return field(l, 4) * SEM_SIZE;
 }
 
+static size_t ino_hash(unsigned int ino)
+{
+	return (ino * 2654435761U) & (INO_SLOTS - 1);
+}
+
+static int ino_has(unsigned int ino)
+{
+	size_t h;
+
+	for (h = ino_hash(ino); held.ino[h]; h = (h + 1) & (INO_SLOTS - 1))
+		if (held.ino[h] == ino)
+			return 1;
+	return 0;
+}
+
+static void ino_add(unsigned int ino)
+{
+	size_t h;
+
+	if (!ino || held.nino >= INO_SLOTS / 2)
+		return;
+	for (h = ino_hash(ino); held.ino[h]; h = (h + 1) & (INO_SLOTS - 1))
+		if (held.ino[h] == ino)
+			return;
+	held.ino[h] = ino;
+	held.nino++;
+}
+
+/* The socket inodes in the fd tables of /proc/PID/fd (PID: a name of the run's own /proc). */
+static void ino_add_fds(const char *pid)
+{
+	char path[48], buf[4096];
+	int dfd;
+
+	snprintf(path, sizeof path, "/proc/%.20s/fd", pid);
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	for (;;) {
+		long n = syscall(SYS_getdents64, dfd, buf, sizeof buf), off;
+
+		if (n <= 0)
+			break;
+		for (off = 0; off < n;) {
+			struct dirent64 *d = (struct dirent64 *)(void *)(buf + off);
+			char link[64];
+			ssize_t len;
+
+			off += d->d_reclen;
+			if (d->d_name[0] < '0' || d->d_name[0] > '9')
+				continue;
+			len = readlinkat(dfd, d->d_name, link, sizeof link - 1);
+			if (len > 9 && memcmp(link, "socket:[", 8) == 0) {
+				link[len] = '\0';
+				ino_add((unsigned int)strtoul(link + 8, NULL, 10));
+			}
+		}
+	}
+	close(dfd);
+}
+
+/* Every socket inode the run's processes hold: a walk of the run's own /proc. */
+static void ino_collect(void)
+{
+	char buf[4096];
+	int dfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	memset(held.ino, 0, sizeof held.ino);
+	held.nino = 0;
+	if (dfd < 0)
+		return;
+	for (;;) {
+		long n = syscall(SYS_getdents64, dfd, buf, sizeof buf), off;
+
+		if (n <= 0)
+			break;
+		for (off = 0; off < n;) {
+			struct dirent64 *d = (struct dirent64 *)(void *)(buf + off);
+
+			off += d->d_reclen;
+			if (d->d_name[0] >= '0' && d->d_name[0] <= '9')
+				ino_add_fds(d->d_name);
+		}
+	}
+	close(dfd);
+}
+
+/* One socket of the dump: its bytes, or 0 when it is not the run's (by_ino: only the sockets
+ * of the run's fds count). */
+static unsigned long long unix_one(const struct nlmsghdr *h, int by_ino)
+{
+	const struct unix_diag_msg *m = NLMSG_DATA(h);
+	const char *a = (const char *)(m + 1), *end = (const char *)h + h->nlmsg_len;
+	unsigned long long bytes = SOCK_SIZE;
+	int uid_seen = 0;
+
+	if (h->nlmsg_len < NLMSG_LENGTH(sizeof *m) || (by_ino && !ino_has(m->ino)))
+		return 0;
+	while (a + 4 <= end) {
+		unsigned short len, type;
+
+		memcpy(&len, a, 2);
+		memcpy(&type, a + 2, 2);
+		if (len < 4 || a + len > end)
+			break;
+		if (type == UNIX_DIAG_MEMINFO && len >= 4 + 4 * (SK_MEMINFO_WMEM_ALLOC + 1)) {
+			unsigned int w;
+
+			memcpy(&w, a + 4 + 4 * SK_MEMINFO_WMEM_ALLOC, 4);
+			bytes += w;
+		} else if (type == UNIX_DIAG_UID && len >= 8) {
+			unsigned int u;
+
+			memcpy(&u, a + 4, 4);
+			uid_seen = u == (unsigned int)held.uid;
+		}
+		a += (len + 3) & ~3;
+	}
+	return held.by_uid && !uid_seen ? 0 : bytes;
+}
+
+/* Bytes held by the unix sockets of one sock_diag dump (by_ino: see unix_one). */
+static unsigned long long unix_dump(int by_ino)
+{
+	struct {
+		struct nlmsghdr h;
+		struct unix_diag_req r;
+	} req;
+	struct sockaddr_nl nl = { .nl_family = AF_NETLINK };
+	char buf[16384] __attribute__((aligned(4)));
+	unsigned long long sum = 0;
+
+	memset(&req, 0, sizeof req);
+	req.h.nlmsg_len = sizeof req;
+	req.h.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+	req.r.family = AF_UNIX;
+	req.r.states = ~0U;
+	req.r.show = UDIAG_SHOW_MEMINFO | UDIAG_SHOW_UID;
+	if (sendto(held.diag, &req, sizeof req, 0, (struct sockaddr *)&nl, sizeof nl) < 0)
+		return 0;
+	for (;;) {
+		ssize_t n = recv(held.diag, buf, sizeof buf, 0);
+		struct nlmsghdr *h = (struct nlmsghdr *)(void *)buf;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return sum;
+		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR)
+				return sum;
+			sum += unix_one(h, by_ino);
+		}
+	}
+}
+
+/* Bytes held by the run's unix sockets (see the top of the file). */
+static unsigned long long unix_bytes(void)
+{
+	unsigned long long sum = unix_dump(0);
+
+	if (!held.by_fd || sum / 1024 <= held.budget_kb / 16)
+		return sum;
+	ino_collect();
+	return unix_dump(1);
+}
+
 unsigned long long held_kb(void)
 {
 	unsigned long long kb = tmpfs_kb();
@@ -235,5 +489,7 @@ unsigned long long held_kb(void)
 		kb += (sum_lines("/proc/sysvipc/shm", shm_line) +
 		       sum_lines("/proc/sysvipc/msg", msg_line) +
 		       sum_lines("/proc/sysvipc/sem", sem_line)) / 1024;
+	if (held.diag >= 0)
+		kb += unix_bytes() / 1024;
 	return kb;
 }

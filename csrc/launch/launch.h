@@ -330,6 +330,7 @@ long long now_ms(void);                         /* CLOCK_MONOTONIC */
 
 void held_watch_mount(const struct plan *p, const char *path);  /* B: a tmpfs it mounted */
 void held_ipc(const struct plan *p);    /* B, in the run's IPC namespace: bounds, watch */
+void held_watch_net(const struct launch *L);    /* B, in the run's network namespace */
 unsigned long long held_kb(void);       /* KiB held now (0 when nothing is watched) */
 
 /* ---- budget.c: whole-run budgets (--budget-*, --cgroup) ---- */

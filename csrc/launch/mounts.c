@@ -315,6 +315,7 @@ int mounts_apply(const struct launch *L)
 	if (step_private() != 0) {                              /* 1 */
 		int err = errno;
 
+		held_watch_net(L);      /* its unix sockets, with the host's /proc */
 		report_refused("private-proc", err,
 			       "cannot make the new mount namespace private; the program sees the host's /proc");
 		mounts_refuse(p, err, "cannot make the new mount namespace private (mounts would "
@@ -330,6 +331,7 @@ int mounts_apply(const struct launch *L)
 		close(fds[i]);
 	if (r == 0)
 		step_work_tmpfs(L);                             /* 6 */
+	held_watch_net(L);      /* its unix sockets: by its own /proc's fd tables, if need be */
 	return r;
 }
 

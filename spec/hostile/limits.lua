@@ -138,6 +138,40 @@ def take(i):
         pass
 hold(take)
 ]], { file_mb = 4 }),
+  held_case("unix socketpair buffers", [[
+import socket, struct
+# 16 children, each filling up to 28 socketpairs (both ways) and reporting the bytes it sent
+r, w = os.pipe()
+def child():
+    pairs, sent = [], 0
+    try:
+        for i in range(28):
+            a, b = socket.socketpair()
+            pairs.append((a, b))
+            for s in (a, b):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+                s.setblocking(False)
+                try:
+                    while True:
+                        sent += s.send(b"x" * 65536)
+                except BlockingIOError:
+                    pass
+    finally:
+        os.write(w, struct.pack("q", sent))
+    time.sleep(10)
+kids = []
+def take(i):
+    while sum(kids) < (i + STEP) * MB:
+        if len(kids) == 16:
+            raise OSError(errno.EAGAIN, "sixteen children already")
+        if os.fork() == 0:
+            try:
+                child()
+            finally:
+                os._exit(0)
+        kids.append(struct.unpack("q", os.read(r, 8))[0])
+hold(take)
+]]),
   held_case("tmpfs files in /tmp, /var/tmp, /dev/shm and the work dir", [[
 dirs = ["/tmp", "/var/tmp", "/dev/shm", "."]
 def take(i):
@@ -384,4 +418,5 @@ repr(x)
   },
 }
 for _, c in ipairs(HELD) do CASES[#CASES + 1] = c end
+
 return CASES
