@@ -34,6 +34,11 @@
  * of this one, so a large tree cannot keep the supervisor busy all the time. Without a budget
  * none of this runs.
  *
+ * While memory climbs, sooner (tick_after): a run overshoots its memory budget by what it
+ * allocates between the tick before the limit and the tick after. The next tick comes before
+ * the charge, at twice the rate it grew since the last one, could pass the limit and a quarter
+ * (at least 1 ms after this one); a run whose memory holds still is polled every poll_ms.
+ *
  * cgroup v2 (--cgroup DIR, a delegated directory whose cgroup.subtree_control enables memory
  * and pids). Before the namespaces, A makes DIR/corral-<A's pid>, writes memory.max (the memory
  * budget), memory.swap.max 0, memory.oom.group 1 and pids.max (--rlimit nproc), opens its
@@ -89,6 +94,9 @@ static struct {
 	unsigned long long cpu_limit_us;        /* 0: no CPU budget */
 	unsigned long long mem_limit_kb;        /* 0: no memory budget */
 	long long poll_ms, next_ms;
+	long long mem_ms;               /* when the last memory charge was taken */
+	unsigned long long mem_kb;      /* ... and what it was */
+	long long after_ms;             /* the next tick, this long after the end of this one */
 	long clk_tck;
 	unsigned long long page_kb;
 	unsigned long long cpu_us;      /* the highest CPU total measured */
@@ -510,6 +518,25 @@ static unsigned long long charged_kb(unsigned long long rss_kb, unsigned long lo
 	return kb < rss_kb ? kb : rss_kb;
 }
 
+/* ms to the next tick after a memory charge of kb (see the top of the file). */
+static long long tick_after(unsigned long long kb)
+{
+	long long now = now_ms(), dt = now - bud.mem_ms, ms = bud.poll_ms;
+	unsigned long long margin = bud.mem_limit_kb + bud.mem_limit_kb / 4, grew;
+
+	if (bud.mem_ms && kb > bud.mem_kb && kb < margin) {
+		grew = kb - bud.mem_kb;         /* in dt (at least 1) ms: at twice that rate, */
+		ms = (long long)((margin - kb) * (unsigned long long)(dt > 0 ? dt : 1) / (2 * grew));
+		if (ms > bud.poll_ms)
+			ms = bud.poll_ms;
+		if (ms < 1)
+			ms = 1;
+	}
+	bud.mem_ms = now;
+	bud.mem_kb = kb;
+	return ms;
+}
+
 /* The tick in polling mode: 1 when the run is over a budget (the line is written). */
 static int measure_poll(void)
 {
@@ -519,6 +546,7 @@ static int measure_poll(void)
 	kb = charged_kb(W.pages * bud.page_kb, bud.mem_limit_kb ? held_kb() : 0);
 	if (kb > bud.peak_kb)
 		bud.peak_kb = kb;
+	bud.after_ms = bud.mem_limit_kb ? tick_after(kb) : bud.poll_ms;
 	if (W.full) {
 		report_exceeded("tasks", W.tasks, WALK_MAX);
 		return 1;
@@ -885,6 +913,7 @@ int budget_prepare(const struct launch *L)
 		report_applied_num("budget-poll", (unsigned long long)bud.poll_ms);
 		bud.on = 1;
 		bud.next_ms = now_ms() + bud.poll_ms;
+		bud.after_ms = bud.poll_ms;
 	}
 	return 0;
 }
@@ -941,7 +970,7 @@ int budget_check(void)
 	over = bud.cg ? measure_cgroup() : measure_poll();
 	if (over)
 		cg_kill_now();          /* cgroup mode: the whole run at once, before the sweep */
-	bud.next_ms = now_ms() + bud.poll_ms;
+	bud.next_ms = now_ms() + (bud.cg ? bud.poll_ms : bud.after_ms);
 	return over;
 }
 

@@ -419,4 +419,34 @@ repr(x)
 }
 for _, c in ipairs(HELD) do CASES[#CASES + 1] = c end
 
+-- Eight children allocating at once, released together: the budget's supervisor, which charges
+-- every process's proportional set size, may see the run over its budget only by a quarter of it
+-- at the tick that ends it (it polls sooner as memory climbs toward the limit).
+CASES[#CASES + 1] = {
+  name = "eight children of 160 MB at once overshoot a 256 MB budget by at most a quarter",
+  code = [[
+import os, time
+r, w = os.pipe()
+for i in range(8):
+    if os.fork() == 0:
+        os.close(w)
+        os.read(r, 1)
+        block = bytearray(b"\x01") * (160 * 1024 * 1024)
+        time.sleep(3)
+        os._exit(0)
+os.close(r)
+time.sleep(0.2)
+os.close(w)         # all eight at once
+for i in range(8):
+    os.wait()
+print("survived")
+]],
+  opts = { memory_mb = 256, timeout = 10 },
+  expect = { reason = "memory", stdout_not = "survived" },
+  needs = { "budget-memory" },
+  check = function(r)
+    local peak = r.usage.memory_peak_kb
+    assert.is_true(peak > 256 * 1024 and peak <= 320 * 1024, "peak " .. tostring(peak) .. " KiB")
+  end,
+}
 return CASES
