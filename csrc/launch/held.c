@@ -6,12 +6,13 @@
  *   tmpfs     each --tmpfs and the --work-tmpfs that B mounted: the blocks in use, by fstatfs()
  *             of the mount's root (an O_PATH fd opened right after the mount): a file's pages
  *             whether mapped or not, unlinked-but-open and O_TMPFILE files included;
- *   SysV shm  the segments no process has attached (nattch 0 in /proc/sysvipc/shm): their
- *             resident and swapped bytes. An attached segment's pages are in the resident size
- *             of whoever touched them through it;
- *   SysV msg  the bytes queued in every message queue (cbytes in /proc/sysvipc/msg), plus the
- *             kernel's header of each message (qnum);
- *   SysV sem  every semaphore of every set (nsems in /proc/sysvipc/sem), at the kernel's size of
+ *   SysV shm  the segments no process has attached (nattch 0 in /proc/sysvipc/shm, read only
+ *             when shmctl(SHM_INFO) counts a segment at all): their resident and swapped bytes.
+ *             An attached segment's pages are in the resident size of whoever touched them
+ *             through it;
+ *   SysV msg  the bytes queued in all message queues, plus the kernel's header of each message
+ *             (msgctl(MSG_INFO): msgtql bytes, msgmap messages);
+ *   SysV sem  every semaphore of every set (semctl(SEM_INFO): semaem), at the kernel's size of
  *             one (a cache line: the defaults allow a billion of them);
  *   unix      the buffers of the run's unix sockets (socketpairs: the only ones a filtered run
  *             may make): what each has sent and its peer not yet read (sk_wmem_alloc, by the
@@ -24,7 +25,7 @@
  *             past that only those in its processes' fd tables (its own /proc lists them alone):
  *             then a socket held only in flight (sent in a message, closed by all) is missed,
  *             at most RLIMIT_NOFILE of them (the kernel's bound on fds in flight per user).
- * /proc/sysvipc lists the IPC namespace of the process that reads it: held_watch_ipc() is called
+ * /proc/sysvipc and the *_INFO calls see the IPC namespace of their caller: held_ipc() is called
  * by B (or corral-init) once it is in the run's namespaces, never by A, whose IPC namespace is
  * the host's. A tmpfs page that a process maps counts twice (in its resident size and in the
  * mount's blocks): an overcount, never an undercount.
@@ -34,7 +35,8 @@
  * and closed by its sender is in no process and no mount), pipe buffers (nothing shows them to
  * another process; the kernel bounds them per uid: see THREAT-MODEL.md).
  *
- * A tick reads three small files and fstatfs()es a few fds: no allocation, stack buffers only.
+ * A tick: three *_INFO calls (and a file when a segment exists), an fstatfs() per mount and a
+ * sock_diag dump: no allocation, stack buffers only.
  *
  * Where it can, B also bounds the IPC namespace itself (held_ipc): its sysctls belong to the
  * root of the user namespace that owns it, which B is as root (in no user namespace, or one that
@@ -49,6 +51,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 
 #if __has_include(<linux/netlink.h>)
@@ -301,16 +306,21 @@ static unsigned long long shm_line(const char *l)
 	return field(l, 7) ? 0 : field(l, 15) + field(l, 16);
 }
 
-/* key msqid perms cbytes qnum ... */
-static unsigned long long msg_line(const char *l)
+/* Bytes of the IPC namespace's SysV objects (see the top of the file). */
+static unsigned long long ipc_bytes(void)
 {
-	return field(l, 4) + field(l, 5) * MSG_HEADER;
-}
+	struct shm_info shm;
+	struct msginfo msg;
+	struct seminfo sem;
+	unsigned long long sum = 0;
 
-/* key semid perms nsems ... */
-static unsigned long long sem_line(const char *l)
-{
-	return field(l, 4) * SEM_SIZE;
+	if (shmctl(0, SHM_INFO, (struct shmid_ds *)(void *)&shm) >= 0 && shm.used_ids > 0)
+		sum += sum_lines("/proc/sysvipc/shm", shm_line);
+	if (msgctl(0, MSG_INFO, (struct msqid_ds *)(void *)&msg) >= 0)
+		sum += (unsigned long long)msg.msgtql + (unsigned long long)msg.msgmap * MSG_HEADER;
+	if (semctl(0, 0, SEM_INFO, &sem) >= 0)
+		sum += (unsigned long long)sem.semaem * SEM_SIZE;
+	return sum;
 }
 
 static size_t ino_hash(unsigned int ino)
@@ -486,9 +496,7 @@ unsigned long long held_kb(void)
 	unsigned long long kb = tmpfs_kb();
 
 	if (held.ipc)
-		kb += (sum_lines("/proc/sysvipc/shm", shm_line) +
-		       sum_lines("/proc/sysvipc/msg", msg_line) +
-		       sum_lines("/proc/sysvipc/sem", sem_line)) / 1024;
+		kb += ipc_bytes() / 1024;
 	if (held.diag >= 0)
 		kb += unix_bytes() / 1024;
 	return kb;
