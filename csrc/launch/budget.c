@@ -495,10 +495,14 @@ static long long read_pss_kb(pid_t pid)
  * processes (the interpreter, its imports) once per process: cheap, and an upper bound. Only
  * when that sum is over the budget is the run measured again by proportional set size, which
  * counts each shared page once in all; a process whose PSS cannot be read keeps its RSS (never
- * an undercount). held_kb, what the kernel holds outside the processes, is added to either. */
+ * an undercount). held_kb, what the kernel holds outside the processes, is added to either.
+ * Over the budget, the run ends at this tick: the sum still goes on to its last process, so that
+ * the peak is what the run held, and the init of the run's PID namespace first stops every
+ * process of it (they are killed next), so that they hold still meanwhile. */
 static unsigned long long charged_kb(unsigned long long rss_kb, unsigned long long held_kb)
 {
 	unsigned long long kb = held_kb;
+	int over = 0;
 	size_t i;
 
 	rss_kb += held_kb;
@@ -512,8 +516,9 @@ static unsigned long long charged_kb(unsigned long long rss_kb, unsigned long lo
 			continue;
 		pss = read_pss_kb(e->pid);
 		kb += pss >= 0 ? (unsigned long long)pss : e->rss_kb;
-		if (kb > bud.mem_limit_kb)
-			break;  /* over already: the rest would only delay the kill */
+		if (kb > bud.mem_limit_kb && !over && getpid() == 1)
+			kill(-1, SIGSTOP);
+		over = kb > bud.mem_limit_kb;
 	}
 	return kb < rss_kb ? kb : rss_kb;
 }
