@@ -419,9 +419,12 @@ repr(x)
 }
 for _, c in ipairs(HELD) do CASES[#CASES + 1] = c end
 
--- Eight children allocating at once, released together: the budget's supervisor, which charges
--- every process's proportional set size, may see the run over its budget only by a quarter of it
--- at the tick that ends it (it polls sooner as memory climbs toward the limit).
+-- Eight children allocating at once, released together, under a 256 MB budget: at the tick that
+-- ends the run, its init stops every process and sums the proportional set sizes of all of them
+-- (memory_peak_kb: what the run held, not what the program says); that must be over the budget
+-- by at most a quarter of it (the supervisor polls sooner as memory climbs toward the limit).
+-- Polling is no hard bound (a supervisor starved of CPU sees the run late): a loaded machine
+-- allocates slower too, and the case holds there with room.
 CASES[#CASES + 1] = {
   name = "eight children of 160 MB at once overshoot a 256 MB budget by at most a quarter",
   code = [[
