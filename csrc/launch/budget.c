@@ -516,8 +516,8 @@ static unsigned long long charged_kb(unsigned long long rss_kb, unsigned long lo
 			continue;
 		pss = read_pss_kb(e->pid);
 		kb += pss >= 0 ? (unsigned long long)pss : e->rss_kb;
-		if (kb > bud.mem_limit_kb && !over && getpid() == 1)
-			kill(-1, SIGSTOP);
+		if (kb > bud.mem_limit_kb && !over && held_is_init())
+			kill(-1, SIGSTOP);      /* the run's namespace: every process but us */
 		over = kb > bud.mem_limit_kb;
 	}
 	return kb < rss_kb ? kb : rss_kb;

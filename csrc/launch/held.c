@@ -122,6 +122,7 @@ struct unix_diag_msg {
 };
 
 static struct {
+	int init;                       /* 1: this is the init of the run's PID namespace */
 	int ipc;                        /* 1: /proc/sysvipc is the run's */
 	size_t n;
 	int fd[HELD_MOUNTS];            /* O_PATH roots of the run's tmpfs mounts */
@@ -208,10 +209,16 @@ void held_watch_net(const struct launch *L)
 	held.diag = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 }
 
+int held_is_init(void)
+{
+	return held.init;
+}
+
 void held_ipc(const struct plan *p)
 {
 	int err;
 
+	held.init = 1;
 	if (!p->budget_memory_kb)
 		return;
 	held.ipc = 1;

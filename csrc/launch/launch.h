@@ -332,6 +332,7 @@ void held_watch_mount(const struct plan *p, const char *path);  /* B: a tmpfs it
 void held_ipc(const struct plan *p);    /* B, in the run's IPC namespace: bounds, watch */
 void held_watch_net(const struct launch *L);    /* B, in the run's network namespace */
 unsigned long long held_kb(void);       /* KiB held now (0 when nothing is watched) */
+int held_is_init(void);         /* 1: in the init of the run's PID namespace (held_ipc ran) */
 
 /* ---- budget.c: whole-run budgets (--budget-*, --cgroup) ---- */
 
