@@ -55,6 +55,36 @@ describe("a virtualenv's python", function()
     end
   end
 
+  it("grants the venv alone: a .pth naming a directory elsewhere widens nothing and runs nothing", function()
+    local top = H.sh("mktemp -d /tmp/corral-venv-spec.XXXXXX")
+    made[#made + 1] = top
+    H.sh("chmod 0755 " .. q(top))
+    local python, why = make_venv(top .. "/venv")
+    if not python then pending("python3 -m venv is not available: " .. why) return end
+    -- a host directory beside the venv, with a secret at its top and a path deep inside it
+    assert(H.sh("mkdir -p " .. q(top .. "/hostdir/sub/deep") .. " && echo s3cret > " .. q(top .. "/hostdir/secret") ..
+      " && chmod -R a+rX " .. q(top .. "/hostdir") .. " && echo ok") == "ok")
+    local site = H.sh("ls -d " .. q(top) .. "/venv/lib/python3*/site-packages")
+    -- a .pth that adds the deep path, and one whose import line would run outside the sandbox
+    local marker = top .. "/ran-outside"
+    assert(H.sh("echo " .. q(top .. "/hostdir/sub/deep") .. " > " .. q(site .. "/wide.pth") ..
+      " && echo " .. q("import os; open(" .. string.format("%q", marker) .. ", 'w')") .. " > " ..
+      q(site .. "/run.pth") .. " && chmod a+r " .. q(site) .. "/*.pth && echo ok") == "ok")
+    for _, policy in ipairs({ "default", "bwrap", "warm" }) do
+      local r = assert(corral.run_python("print(open(" .. string.format("%q", top .. "/hostdir/secret") .. ").read())",
+        { python = python, policy = policy, timeout = 20 }))
+      assert.is_false(r.ok, policy .. ": " .. r.stdout)
+      assert.is_nil(r.stdout:find("s3cret", 1, true), policy)
+      corral.close()
+      -- the controller asked the interpreter without its site module: no .pth line ran as it
+      -- (a warm policy's interpreter starts, site and preloads included, as the controller: its
+      -- venv is the operator's, as trusted as a policy)
+      if policy ~= "warm" then
+        assert.is_nil(io.open(marker, "r"), policy .. ": a .pth line ran in the controller's name")
+      end
+    end
+  end)
+
   it("runs through the CLI's --python", function()
     local top = H.sh("mktemp -d /tmp/corral-venv-spec.XXXXXX")
     made[#made + 1] = top

@@ -141,23 +141,36 @@ function M.interpreter(name, search)
   return path
 end
 
+-- "size mtime" of a file, or "-" when there is none
+local function file_stamp(path)
+  local st = core.lstat(path)
+  return st and (st.size .. ":" .. st.mtime) or "-"
+end
+
 --- The directories an interpreter reads from, asked of the interpreter itself once per process:
--- its prefixes (a virtualenv's own and its base interpreter's), its executable as named and as
--- resolved, the entries of its sys.path and every file it has mapped at start (shared objects).
--- A path inside a prefix counts as that prefix; any other is reduced to its top directory (/usr,
--- /lib64, /opt/x, /home/u, ...). A virtualenv's prefix is its own directory, however deep (its
--- pyvenv.cfg is read at start), so a venv under /tmp gives /tmp/x/venv, never /tmp itself.
+-- its prefixes (a virtualenv's own and its base interpreter's), the entries of its sys.path and
+-- every file it has mapped at start (shared objects), its executable as named and as resolved.
+-- A path inside a prefix counts as that prefix; /usr/... and /lib*/... as /usr and /lib*; any
+-- other file as its own directory, never a wider one. A virtualenv's prefix is its own
+-- directory, however deep (its pyvenv.cfg is read at start), so a venv under /tmp gives
+-- /tmp/x/venv, never /tmp itself.
+-- The interpreter is asked with -I -S: no site module, so no .pth file of a virtualenv runs
+-- code here, in the controller's name, nor widens what runs may read (a venv's site-packages
+-- is inside its prefix anyway; a path a .pth adds from elsewhere is not granted).
 -- Used by the bwrap policy (what to bind) and by Landlock (what may be read and executed).
 -- The answer is also kept in the private lock directory, keyed by the path as named, the real
--- path, its size and mtime (a venv's python is a link to the system's: the same real path), so
--- that a short-lived process (the CLI) does not start an interpreter first.
+-- path, its size and mtime, and the pyvenv.cfg beside it or above it (a venv's python is a link
+-- to the system's: the same real path), so that a short-lived process (the CLI) does not start
+-- an interpreter first.
 -- @return a sorted list of absolute directory paths (always holding /usr)
 function M.python_roots(python)
   local key = "roots\0" .. python
   if cache[key] then return cache[key] end
   local real = core.realpath(python)
   local st = real and core.lstat(real)
-  local stamp = st and (python .. " " .. real .. " " .. st.size .. " " .. st.mtime)
+  local bindir = python:match("^(.*)/[^/]*$") or "."
+  local stamp = st and (python .. " " .. real .. " " .. st.size .. " " .. st.mtime .. " " ..
+    file_stamp(bindir .. "/pyvenv.cfg") .. " " .. file_stamp(bindir .. "/../pyvenv.cfg"))
   local dir = stamp and M.lock_dir()
   local file = dir and (dir .. "/python-roots-" .. python:gsub("[^%w]", "_"))
   local saved = file and io.open(file, "r")
@@ -172,19 +185,25 @@ function M.python_roots(python)
       return roots
     end
   end
-  -- "prefix PATH" lines first, then "path PATH" lines
+  -- "prefix DIR" lines first, then "dir DIR" and "file FILE" lines
+  -- (without site, a venv's prefix is the directory of its pyvenv.cfg, found as site finds it)
   local script = "import sys, os\n" ..
+    "d = os.path.dirname(os.path.abspath(sys.executable))\n" ..
+    "for v in (d, os.path.dirname(d)):\n" ..
+    "    if os.path.isfile(os.path.join(v, 'pyvenv.cfg')):\n" ..
+    "        print('prefix', os.path.realpath(v))\n" ..
+    "        break\n" ..
     "for p in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:\n" ..
     "    if p.startswith('/'): print('prefix', os.path.realpath(p))\n" ..
-    "print('path', os.path.realpath(sys.executable))\n" ..
-    "print('path', os.path.abspath(sys.executable))\n" ..
+    "print('file', os.path.realpath(sys.executable))\n" ..
+    "print('file', os.path.abspath(sys.executable))\n" ..
     "for p in sys.path:\n" ..
-    "    if p.startswith('/'): print('path', os.path.realpath(p))\n" ..
+    "    if p.startswith('/'): print('dir' if os.path.isdir(p) else 'file', os.path.realpath(p))\n" ..
     "for line in open('/proc/self/maps'):\n" ..
     "    f = line.split()\n" ..
-    "    if len(f) >= 6 and f[5].startswith('/'): print('path', f[5])\n" ..
+    "    if len(f) >= 6 and f[5].startswith('/'): print('file', f[5])\n" ..
     "print('done')\n"
-  local f = io.popen(shell_quote(python) .. " -I -c " .. shell_quote(script) .. " 2>/dev/null")
+  local f = io.popen(shell_quote(python) .. " -I -S -c " .. shell_quote(script) .. " 2>/dev/null")
   local text = f and f:read("a") or ""
   if f then f:close() end
   local prefixes, roots, seen = {}, {}, {}
@@ -196,12 +215,12 @@ function M.python_roots(python)
       roots[#roots + 1] = top
     end
   end
-  local function top_of(path)
+  local function top_of(kind, path)
     for _, pre in ipairs(prefixes) do
       if path == pre or path:sub(1, #pre + 1) == pre .. "/" then return pre end
     end
     return path:match("^(/usr)/") or path:match("^(/usr)$") or path:match("^(/lib[^/]*)/")
-      or path:match("^(/[^/]+/[^/]+)") or path:match("^(/[^/]+)$")
+      or (kind == "dir" and path) or path:match("^(/.+)/[^/]*$")
   end
   local complete = text:sub(-6) == "\ndone\n"
   for kind, path in text:gmatch("(%a+) ([^\n]+)") do
@@ -211,7 +230,7 @@ function M.python_roots(python)
       prefixes[#prefixes + 1] = pre
       add(pre)
     else
-      add(top_of(path))
+      add(top_of(kind, path))
     end
   end
   if not seen["/usr"] then roots[#roots + 1] = "/usr" end
