@@ -138,7 +138,7 @@ describe("corral CLI", function()
     assert.is_false(core.exists((work:gsub("/work$", ""))), work)
   end)
 
-  describe("stopped by SIGTERM or SIGINT mid-run", function()
+  describe("stopped by SIGTERM, SIGINT or SIGHUP mid-run", function()
     -- The CLI as a child of this process (its signals at their defaults, as a shell's foreground
     -- job has them); its run's program sleeps. Returns what it left: its exit, its run
     -- directory, and whether anything of it still runs.
@@ -176,7 +176,7 @@ describe("corral CLI", function()
     end
 
     for _, policy in ipairs({ "default", "warm" }) do
-      for _, sig in ipairs({ { 15, "SIGTERM" }, { 2, "SIGINT" } }) do
+      for _, sig in ipairs({ { 15, "SIGTERM" }, { 2, "SIGINT" }, { 1, "SIGHUP" } }) do
         it("under " .. policy .. ", " .. sig[2] .. " ends the run and leaves nothing behind", function()
           local raw, top, procs, programs = stop_mid_run(policy, sig[1])
           assert.are.same({ 128 + sig[1], 0 }, { raw.exit_status, raw.term_signal }, raw.stderr)

@@ -166,11 +166,11 @@ local function json_lib()
   return cjson
 end
 
-local SIGINT, SIGTERM = 2, 15
+local SIGHUP, SIGINT, SIGTERM = 1, 2, 15
 
 -- The run, waited for on the loop; then what it kept (its warm interpreter) let go and gone.
--- SIGTERM or SIGINT kills the run and ends the wait once it has been cleaned up: a CLI stopped
--- mid-run leaves no run directory, process or interpreter behind.
+-- SIGTERM, SIGINT or SIGHUP (its terminal closed) kills the run and ends the wait once it has
+-- been cleaned up: a CLI stopped mid-run leaves no run directory, process or interpreter behind.
 -- @return result, message, code, and the signal that stopped the CLI (nil if none)
 local function run_to_end(corral, code, opts)
   local core = require "corral.core"
@@ -180,7 +180,8 @@ local function run_to_end(corral, code, opts)
     signum = signum or n
     if proc then proc:kill() end
   end
-  local watchers = { core.signal(SIGTERM, on_signal), core.signal(SIGINT, on_signal) }
+  local watchers = { core.signal(SIGTERM, on_signal), core.signal(SIGINT, on_signal),
+                     core.signal(SIGHUP, on_signal) }
   local function unwatch() for _, w in ipairs(watchers) do w:close() end end
   local ok, p, err, ecode = pcall(corral.start, code, opts, function(r, e, c)
     res, rerr, rcode, done = r, e, c, true
