@@ -27,6 +27,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define CLOSER_QUEUE_MAX 64     /* files K could not take yet, at most */
+
 static int *queue;              /* files K could not take yet */
 static size_t nqueue, capqueue;
 
@@ -145,7 +147,10 @@ void closer_give(struct zygote *z, int fd)
 {
 	if (fd < 0)
 		return;
-	if (z->closer < 0) {
+	/* Without K, or with K that many files behind (each a run's mounts, and an fd of Z's
+	 * own): the old way, in this thread. The stall is bounded by the mounts' inode caps, and
+	 * Z's fd table and the memory the queued mounts hold stay bounded whatever K's pace. */
+	if (z->closer < 0 || nqueue >= CLOSER_QUEUE_MAX) {
 		close(fd);
 		return;
 	}
