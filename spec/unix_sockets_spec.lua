@@ -302,6 +302,38 @@ while time.monotonic() < t:
       end
     end)
 
+    it("a socket pair gets no name from the kernel either (autobind, SO_PASSCRED)", function()
+      -- a pair with SO_PASSCRED (or SO_PASSPIDFD) is given an abstract name of 5 hex digits at
+      -- its first send or connect, which every run of a shared namespace reads in /proc/net/unix
+      local r = assert(corral.run_python(ERRNO .. [[
+import socket
+def names():
+    return {l.split()[-1] for l in open("/proc/net/unix").read().splitlines()[1:] if l.split()[-1].startswith("@")}
+before = names()
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+for opt, name in ((socket.SO_PASSCRED, "PASSCRED"), (getattr(socket, "SO_PASSPIDFD", 76), "PASSPIDFD")):
+    try:
+        a.setsockopt(socket.SOL_SOCKET, opt, 1)
+        print("set", name)
+    except OSError as e:
+        print("refused", name, en(e))
+a.send(b"x")
+try:
+    a.connect("\0x")
+except OSError as e:
+    pass
+print("new names", len(names() - before))
+]], { policy = pname, timeout = 10 }))
+      assert.are.equal("exit", r.reason, r.stderr)
+      if H.has(r.limits, "shared-netns") then
+        assert.is_truthy(r.stdout:find("refused PASSCRED EPERM", 1, true), r.stdout)
+        assert.is_truthy(r.stdout:find("refused PASSPIDFD EPERM", 1, true), r.stdout)
+      end
+      if H.has(r.limits, "shared-netns") or not H.has(r.limits, "no-network") then
+        assert.is_truthy(r.stdout:find("new names 0", 1, true), r.stdout)
+      end
+    end)
+
     it("multiprocessing.Pipe and asyncio still work", function()
       local res, err = corral.run_python([[
 import asyncio, multiprocessing, socket

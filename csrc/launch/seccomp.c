@@ -140,6 +140,10 @@ static const struct {
 	{ 0xb, 0x0 },   /* 0, RDM 4 */
 };
 
+/* setsockopt(SOL_SOCKET, ...) options refused with --deny-sockets: they make the kernel name
+ * a socket (SO_PASSPIDFD is 76 where the headers are older than the kernel) */
+static const int passcred[] = { SO_PASSCRED, 76 };
+
 static int add_socket_rules(scmp_filter_ctx ctx, const int *nrs, unsigned count, int sockets,
 			    int unix_pairs)
 {
@@ -181,9 +185,19 @@ static int add_socket_rules(scmp_filter_ctx ctx, const int *nrs, unsigned count,
 		}
 	}
 	/* With --deny-sockets the program's sockets are unix ones alone: no name for them, in a
-	 * namespace where other runs would see it in /proc/net/unix or need it. */
+	 * namespace where other runs would see it in /proc/net/unix or need it. Neither one it
+	 * binds, nor one the kernel gives a socket that passes credentials (unix_may_passcred:
+	 * SO_PASSCRED or SO_PASSPIDFD) at its first send or connect, the autobind. */
 	if (sockets && !has_nr(nrs, count, SCMP_SYS(bind))) {
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(bind), 0);
+		if (rc < 0)
+			return rc;
+	}
+	for (t = 0; sockets && !has_nr(nrs, count, SCMP_SYS(setsockopt)) &&
+		    t < sizeof passcred / sizeof passcred[0]; t++) {
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setsockopt), 2,
+				      SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, SOL_SOCKET),
+				      SCMP_A2_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, passcred[t]));
 		if (rc < 0)
 			return rc;
 	}
