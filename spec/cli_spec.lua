@@ -120,6 +120,11 @@ describe("corral CLI", function()
     -- what the program sees: a zygote run's /proc/self/exe is corral-zygote (a cold run's is the
     -- interpreter) and the policy's preloaded modules are already imported; its cwd names its
     -- run directory. `sh -c` says the CLI's pid, which its zygote's --parent-pid names.
+    -- dead helpers of a zygote (its spawner), not reaped by it, would be left to pid 1
+    local function zombies()
+      return tonumber((H.sh("ps -e -o stat=,comm= | grep -c '^Z.*corral-spawn' || true")))
+    end
+    local zombies_before = zombies()
     local out = H.sh("sh -c 'echo $$; exec " .. H.cli .. " run --json --policy warm " ..
       tmp("import os, sys\nprint(os.path.basename(os.readlink('/proc/self/exe')), 'json' in sys.modules)\n"
         .. "print(os.getcwd())") .. "'; echo \"<$?>\"")
@@ -136,6 +141,7 @@ describe("corral CLI", function()
     assert.are.same({}, H.pids_with("--parent-pid " .. pid .. " "))
     assert.matches("/corral%-%w+/work$", work)
     assert.is_false(core.exists((work:gsub("/work$", ""))), work)
+    assert.is_true(zombies() <= zombies_before, "the zygote left its spawner unreaped")
   end)
 
   describe("stopped by SIGTERM, SIGINT or SIGHUP mid-run", function()

@@ -455,6 +455,7 @@ static NORETURN void serve(void)
 		memset(buf, 0, (size_t)(n > 0 ? n : 0));
 	}
 	request_stop_all(&z);
+	spawner_stop(&z);
 	closer_stop(&z);
 	_exit(0);
 }

@@ -309,8 +309,10 @@ int request_reap(struct zygote *z)
 	while ((pid = waitpid(-1, &st, WNOHANG)) > 0 || (pid < 0 && errno == EINTR)) {
 		struct run *r = pid > 0 ? find(pid) : NULL;
 
-		if (pid > 0 && pid == z->spawner_pid)
+		if (pid > 0 && pid == z->spawner_pid) {
 			z->broken = 1;
+			z->spawner_pid = 0;
+		}
 		if (pid > 0 && pid == z->closer_pid)
 			closer_gone(z);
 		if (!r)

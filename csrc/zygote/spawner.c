@@ -34,6 +34,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* the fds of a request to S: the run's four, then the run's socket */
@@ -299,4 +300,18 @@ pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const in
 		return -1;
 	}
 	return (pid_t)v;
+}
+
+/* At Z's end: EOF to S, which exits on it, and S waited for, so that it is not left a zombie
+ * for whichever process inherits it (a container's pid 1 may never reap it). */
+void spawner_stop(struct zygote *z)
+{
+	int st;
+
+	if (z->spawner >= 0)
+		close(z->spawner);
+	z->spawner = -1;
+	while (z->spawner_pid > 0 && waitpid(z->spawner_pid, &st, 0) < 0 && errno == EINTR)
+		;
+	z->spawner_pid = 0;
 }

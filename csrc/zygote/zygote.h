@@ -125,6 +125,7 @@ void request_filter(const struct zygote *z, const struct plan *p);
 
 /* In Z at start-up, before the interpreter: forks S. 0, or -1 with errno. */
 int spawner_start(struct zygote *z);
+void spawner_stop(struct zygote *z);             /* at Z's end: EOF to S, which is waited for */
 /* A request (checked: "run\0ID\0ARGS...", its four fds) and the run's socket to S: A's pid, or -1
  * with errno. */
 pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const int *fds,
