@@ -358,49 +358,12 @@ static void ino_add(unsigned int ino)
 	held.nino++;
 }
 
-/* The socket inodes in the fd tables of /proc/PID/fd (PID: a name of the run's own /proc). */
-static void ino_add_fds(const char *pid)
-{
-	char path[48], buf[4096];
-	int dfd;
-
-	snprintf(path, sizeof path, "/proc/%.20s/fd", pid);
-	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return;
-	for (;;) {
-		long n = syscall(SYS_getdents64, dfd, buf, sizeof buf), off;
-
-		if (n <= 0)
-			break;
-		for (off = 0; off < n;) {
-			struct dirent64 *d = (struct dirent64 *)(void *)(buf + off);
-			char link[64];
-			ssize_t len;
-
-			off += d->d_reclen;
-			if (d->d_name[0] < '0' || d->d_name[0] > '9')
-				continue;
-			len = readlinkat(dfd, d->d_name, link, sizeof link - 1);
-			if (len > 9 && memcmp(link, "socket:[", 8) == 0) {
-				link[len] = '\0';
-				ino_add((unsigned int)strtoul(link + 8, NULL, 10));
-			}
-		}
-	}
-	close(dfd);
-}
-
-/* Every socket inode the run's processes hold: a walk of the run's own /proc. */
-static void ino_collect(void)
+/* fn(dfd, name) for each entry of the directory dfd whose name starts with a digit (a pid of
+ * /proc, an fd of /proc/PID/fd); closes dfd. */
+static void each_numbered(int dfd, void (*fn)(int dfd, const char *name))
 {
 	char buf[4096];
-	int dfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-	memset(held.ino, 0, sizeof held.ino);
-	held.nino = 0;
-	if (dfd < 0)
-		return;
 	for (;;) {
 		long n = syscall(SYS_getdents64, dfd, buf, sizeof buf), off;
 
@@ -411,10 +374,46 @@ static void ino_collect(void)
 
 			off += d->d_reclen;
 			if (d->d_name[0] >= '0' && d->d_name[0] <= '9')
-				ino_add_fds(d->d_name);
+				fn(dfd, d->d_name);
 		}
 	}
 	close(dfd);
+}
+
+/* A socket's inode, from an fd's link in /proc/PID/fd. */
+static void ino_add_fd(int dfd, const char *fd)
+{
+	char link[64];
+	ssize_t len = readlinkat(dfd, fd, link, sizeof link - 1);
+
+	if (len > 9 && memcmp(link, "socket:[", 8) == 0) {
+		link[len] = '\0';
+		ino_add((unsigned int)strtoul(link + 8, NULL, 10));
+	}
+}
+
+/* The socket inodes in the fd tables of /proc/PID/fd (PID: a name of the run's own /proc). */
+static void ino_add_fds(int proc, const char *pid)
+{
+	char path[48];
+	int dfd;
+
+	(void)proc;
+	snprintf(path, sizeof path, "/proc/%.20s/fd", pid);
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0)
+		each_numbered(dfd, ino_add_fd);
+}
+
+/* Every socket inode the run's processes hold: a walk of the run's own /proc. */
+static void ino_collect(void)
+{
+	int dfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	memset(held.ino, 0, sizeof held.ino);
+	held.nino = 0;
+	if (dfd >= 0)
+		each_numbered(dfd, ino_add_fds);
 }
 
 /* One socket of the dump: its bytes, or 0 when it is not the run's (by_ino: only the sockets
