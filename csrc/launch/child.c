@@ -85,6 +85,9 @@ static const struct {
 	[PLAN_RL_CORE] = { RLIMIT_CORE, "core-size" },          /* "no-core" when 0 */
 	[PLAN_RL_NOFILE] = { RLIMIT_NOFILE, "open-files" },
 	[PLAN_RL_NPROC] = { RLIMIT_NPROC, "processes" },
+	/* counted per user namespace and uid (ucounts): per run, with the run's own user namespace
+	 * or uid; pending signals also bound POSIX timers (timer_create takes one each) */
+	[PLAN_RL_SIGPENDING] = { RLIMIT_SIGPENDING, "pending-signals" },
 	/* bytes of POSIX message queues, charged at mq_open: memory no process maps */
 	[PLAN_RL_MSGQUEUE] = { RLIMIT_MSGQUEUE, "message-queues" },
 };

@@ -607,6 +607,43 @@ static void refuse_mounts(const struct plan *p, const struct attempt *pid)
 			      "was refused");
 }
 
+/* --user-max: the run's quotas, in the run's own user namespace. The kernel counts inotify
+ * instances and watches (and fanotify groups and marks, namespaces) per user namespace and uid
+ * (ucounts), at every level up to the first: a run's count is charged in its own namespace
+ * against its /proc/sys/user/max_*, and in each parent against the parent's. Without root every
+ * run has the controller's uid, so in the controller's namespace all runs share one count
+ * against the host's limit (fs.inotify.max_user_instances, 128): one run could take them all.
+ * A fresh namespace's limits are INT_MAX; lowered here, each run can take only its share. The
+ * file of the current task's user namespace is written, whatever /proc is mounted; writing it
+ * needs CAP_SYS_RESOURCE in that namespace, which we hold in a namespace we made (corral-init:
+ * as ambient capabilities) and the program never has (its uid there is not 0). */
+static void user_quotas(const struct plan *p)
+{
+	char path[64], num[24];
+	size_t i;
+
+	for (i = 0; i < p->nuser_max; i++) {
+		const struct plan_user_max *u = &p->user_max[i];
+		int fd;
+
+		snprintf(path, sizeof path, "/proc/sys/user/max_%.*s", (int)u->name_len, u->name);
+		snprintf(num, sizeof num, "%llu", u->value);
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || write_close(fd, num) != 0) {
+			int err = errno;
+			struct line l;
+
+			line_start(&l, "refused user-quotas ");
+			line_errname(&l, err);
+			line_add(&l, " cannot write ");
+			line_add(&l, path);
+			line_send(&l, report_get_fd());
+			return;
+		}
+	}
+	report_applied("user-quotas");
+}
+
 /* The user and network namespace lines, in this order; -1 after the fatal line of --net require.
  * user_err: why --userns always got no user namespace. */
 static int report_user_net(const struct launch *L, const struct attempt *net, int user_err)
@@ -637,7 +674,7 @@ int ns_apply(struct launch *L)
 	const struct plan *p = L->plan;
 	const struct ns_shared *s = L->shared;
 	struct attempt all = { 0 }, pid = { 0 }, net = { 0 };
-	int r;
+	int r, nested, inherited;
 
 	L->euid = s ? s->euid : geteuid();
 	L->egid = s ? s->egid : getegid();
@@ -670,7 +707,10 @@ int ns_apply(struct launch *L)
 	 * share the holder's; each gets one of its own inside it, as a launcher's run does, so
 	 * that RLIMIT_NPROC counts the run's processes alone, not the zygote's nor other runs'
 	 * (refused: they share the count). */
-	if (((s && s->userns) || (!s && net_shared && L->userns)) && (all.flags & CLONE_NEWPID) &&
+	inherited = L->userns;  /* the zygote's or the holder's, shared: none of the run's own */
+	nested = ((s && s->userns) || (!s && net_shared && L->userns)) &&
+		 (all.flags & CLONE_NEWPID) != 0;
+	if (nested &&
 	    (L->direct ? (errno = L->direct_maps_err) != 0 :
 	     unshare(CLONE_NEWUSER) == 0 && write_own_maps(L) != 0)) {
 		/* a direct run's maps were written by P, which had the capabilities (corral-init
@@ -701,6 +741,11 @@ int ns_apply(struct launch *L)
 	/* A user namespace changes credentials; keep the parent-death signal for sure. */
 	if (L->userns)
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	if (p->nuser_max && (nested || (!inherited && L->userns)))
+		user_quotas(p);
+	else if (p->nuser_max && !p->has_ids)
+		report_refused("user-quotas", EPERM, "the run has no user namespace of its own: its "
+			       "inotify instances and watches count with every process of its uid");
 	if (report_user_net(L, &net, all.user_err ? all.user_err :
 			    pid.user_err ? pid.user_err : net.user_err) != 0)
 		return -1;

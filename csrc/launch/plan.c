@@ -14,6 +14,7 @@ static const char *const rlimit_names[PLAN_RL_COUNT] = {
 	[PLAN_RL_CORE] = "core",
 	[PLAN_RL_NOFILE] = "nofile",
 	[PLAN_RL_NPROC] = "nproc",
+	[PLAN_RL_SIGPENDING] = "sigpending",
 	[PLAN_RL_MSGQUEUE] = "msgqueue",
 };
 
@@ -56,7 +57,10 @@ static const char help_text[] =
 	"  --rlimit NAME=VALUE   repeatable; soft = hard = VALUE (cpu: hard is\n"
 	"                        VALUE + 1, so SIGXCPU comes first); NAME: cpu\n"
 	"                        (seconds), as, fsize (bytes), core, nofile, nproc,\n"
-	"                        msgqueue (bytes)\n"
+	"                        sigpending, msgqueue (bytes)\n"
+	"  --user-max NAME=VALUE repeatable (at most 16); in the run's own user\n"
+	"                        namespace, /proc/sys/user/max_NAME = VALUE (e.g.\n"
+	"                        inotify_instances): a quota of the run alone\n"
 	"  --env NAME=VALUE      repeatable; the program's whole environment\n"
 	"  --chdir DIR           the program's working directory\n"
 	"  --tmpfs PATH=BYTES    repeatable (at most 16); with a PID namespace, a\n"
@@ -87,6 +91,7 @@ static const char help_text[] =
 	"                        namespace of its own (none, or a shared one)\n"
 	"  --unix-pairs-only     socket(AF_UNIX) and datagram socket pairs fail\n"
 	"                        with EPERM: no socket can address another\n"
+	"  --deny-pipe-growth    fcntl F_SETPIPE_SZ above 64 KiB fails with EPERM\n"
 	"  --seccomp-cache DIR   keep the built filter in DIR (owned by us, mode\n"
 	"                        0700) and load it from there when the same filter\n"
 	"                        is asked again\n"
@@ -200,13 +205,38 @@ static int parse_rlimit(struct plan *p, const char *s, char *err, size_t errlen)
 			break;
 	if (i == PLAN_RL_COUNT)
 		return fail(err, errlen,
-			    "--rlimit: unknown name '%.*s' (expected cpu as fsize core nofile nproc msgqueue)",
+			    "--rlimit: unknown name '%.*s' (expected cpu as fsize core nofile nproc "
+			    "sigpending msgqueue)",
 			    (int)(n > 64 ? 64 : n), s);
 	/* RLIM_INFINITY is ~0ULL; cpu needs room for hard = value + 1. */
 	if (number("--rlimit", eq + 1, 0, ~0ULL - 2, &v, err, errlen))
 		return -1;
 	p->rlimit[i].set = 1;
 	p->rlimit[i].value = v;
+	return 0;
+}
+
+/* NAME=VALUE, NAME of [a-z_] (a file name under /proc/sys/user, never a path). */
+static int parse_user_max(struct plan *p, const char *s, char *err, size_t errlen)
+{
+	const char *eq = strchr(s, '=');
+	const char *c;
+	struct plan_user_max *u;
+
+	if (!eq || eq == s || eq - s > 32)
+		return fail(err, errlen, "--user-max: '%.64s' is not NAME=VALUE", s);
+	for (c = s; c < eq; c++)
+		if (!((*c >= 'a' && *c <= 'z') || *c == '_'))
+			return fail(err, errlen, "--user-max: '%.*s' is not a name of [a-z_]",
+				    (int)(eq - s), s);
+	if (p->nuser_max == PLAN_USER_MAX)
+		return fail(err, errlen, "--user-max given more than %d times", PLAN_USER_MAX);
+	u = &p->user_max[p->nuser_max];
+	if (number("--user-max", eq + 1, 0, INT_MAX, &u->value, err, errlen))
+		return -1;
+	u->name = s;
+	u->name_len = (size_t)(eq - s);
+	p->nuser_max++;
 	return 0;
 }
 
@@ -317,7 +347,7 @@ enum opt {
 	O_REPORT_FD, O_PARENT_PID, O_NET, O_USERNS, O_UID, O_GID, O_RLIMIT, O_ENV, O_CHDIR,
 	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_KILL_UID,
 	O_LANDLOCK, O_FS_RO, O_FS_RW, O_SECCOMP, O_DENY_SYSCALL, O_BUDGET_CPU, O_BUDGET_MEM,
-	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE,
+	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE, O_USER_MAX, O_DENY_PIPE_GROWTH,
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_UNIX_PAIRS, O_CGROUP_REQUIRE,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD,
 	O_PRESTART,
@@ -353,6 +383,8 @@ static const struct {
 	[O_CGROUP] = { "--cgroup", 1, 0 },
 	[O_NET_JOIN] = { "--net-join", 1, 0 },
 	[O_SECCOMP_CACHE] = { "--seccomp-cache", 1, 0 },
+	[O_USER_MAX] = { "--user-max", 1, 1 },
+	[O_DENY_PIPE_GROWTH] = { "--deny-pipe-growth", 0, 0 },
 	[O_DENY_TCP] = { "--deny-tcp", 0, 0 },
 	[O_SCOPE] = { "--scope", 0, 0 },
 	[O_DENY_SOCKETS] = { "--deny-sockets", 0, 0 },
@@ -479,6 +511,11 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 		if (strlen(v) >= PATH_MAX - 64)
 			return fail(err, errlen, "--seccomp-cache: the path is too long");
 		p->seccomp_cache = v;
+		return 0;
+	case O_USER_MAX:
+		return parse_user_max(p, v, err, errlen);
+	case O_DENY_PIPE_GROWTH:
+		p->deny_pipe_growth = 1;
 		return 0;
 	case O_DENY_TCP:
 		p->deny_tcp = 1;
@@ -655,8 +692,10 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		fail(err, errlen, "--fs-ro, --fs-rw, --deny-tcp and --scope need --landlock auto|require");
 		goto bad;
 	}
-	if (p->seccomp == PLAN_MECH_OFF && (seen[O_DENY_SYSCALL] || p->deny_sockets || p->unix_pairs)) {
-		fail(err, errlen, "--deny-syscall, --deny-sockets and --unix-pairs-only need --seccomp auto|require");
+	if (p->seccomp == PLAN_MECH_OFF &&
+	    (seen[O_DENY_SYSCALL] || p->deny_sockets || p->unix_pairs || p->deny_pipe_growth)) {
+		fail(err, errlen, "--deny-syscall, --deny-sockets, --unix-pairs-only and "
+			     "--deny-pipe-growth need --seccomp auto|require");
 		goto bad;
 	}
 	if (seen[O_DENY_SOCKETS] && seen[O_DENY_SOCKETS_NONS]) {

@@ -25,6 +25,7 @@ enum plan_rlimit {
 	PLAN_RL_CORE,
 	PLAN_RL_NOFILE,
 	PLAN_RL_NPROC,
+	PLAN_RL_SIGPENDING,
 	PLAN_RL_MSGQUEUE,
 	PLAN_RL_COUNT
 };
@@ -33,6 +34,8 @@ enum plan_rlimit {
 #define PLAN_MOUNTS_MAX 16
 /* At most this many --fs-ro, and as many --fs-rw. */
 #define PLAN_FS_MAX 64
+/* At most this many --user-max. */
+#define PLAN_USER_MAX 16
 /* At most this many --deny-syscall. */
 #define PLAN_SYSCALLS_MAX 256
 /* --budget-poll-ms: default and range. */
@@ -43,6 +46,13 @@ struct plan_tmpfs {
 	const char *path;           /* into argv: the PATH of PATH=SIZE, NOT NUL-terminated */
 	size_t path_len;            /* 2..PATH_MAX-1 */
 	unsigned long long size;    /* bytes, >= 1 */
+};
+
+/* --user-max NAME=VALUE: /proc/sys/user/max_NAME of the run's own user namespace. */
+struct plan_user_max {
+	const char *name;           /* into argv: the NAME of NAME=VALUE, NOT NUL-terminated */
+	size_t name_len;            /* 1..32, [a-z_] */
+	unsigned long long value;   /* 0..INT_MAX */
 };
 
 struct plan_limit {
@@ -65,6 +75,8 @@ struct plan {
 	gid_t gid;
 	int sweep_uid;              /* kill(-1) as the uid after the run (subreaper mode) */
 	struct plan_limit rlimit[PLAN_RL_COUNT];
+	struct plan_user_max user_max[PLAN_USER_MAX];  /* --user-max, in order */
+	size_t nuser_max;
 	const char *chdir;          /* NULL: stay */
 	struct plan_tmpfs tmpfs[PLAN_MOUNTS_MAX];   /* --tmpfs, in order */
 	size_t ntmpfs;
@@ -88,6 +100,7 @@ struct plan {
 				 * network namespace of its own: none, or a shared one); and
 				 * bind(): no socket of the run has a name */
 	int unix_pairs;             /* --unix-pairs-only: no unix socket but a connected pair */
+	int deny_pipe_growth;       /* --deny-pipe-growth: F_SETPIPE_SZ above 64 KiB: EPERM */
 	const char *seccomp_cache;  /* --seccomp-cache DIR: the built filter is kept there; NULL */
 	/* Whole-run budgets (budget.c), enforced by the supervisor; 0: none. */
 	unsigned long long budget_cpu_ms;       /* CPU time of every process of the run */

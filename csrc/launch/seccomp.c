@@ -20,6 +20,7 @@
  *                                 and seqpacket: EPERM
  *   either of the two             io_uring_setup(): EPERM (its SOCKET and BIND operations are
  *                                 not system calls the filter sees)
+ *   --deny-pipe-growth            fcntl(F_SETPIPE_SZ) above 64 KiB (a pipe's default): EPERM
  *   another ABI (i386, x32)       the process is killed (SIGSYS): its numbers are not checked
  *
  * --seccomp-cache DIR: libseccomp builds the same program for the same plan every run (about
@@ -69,6 +70,7 @@ static struct {
 	int ready;                              /* 1: seccomp_prepare() ran for a filter */
 	int sockets;                            /* the filter refuses socket() but AF_UNIX */
 	int unix_pairs;                         /* and unix sockets but connected pairs */
+	int pipes;                              /* ... and pipes larger than their default */
 	int err;                                /* 0, or why the filter could not be built */
 	unsigned denied;                        /* distinct --deny-syscall names in the filter */
 	unsigned short len;                     /* instructions in insns */
@@ -206,10 +208,26 @@ static int add_socket_rules(scmp_filter_ctx ctx, const int *nrs, unsigned count,
 	return rc;
 }
 
-/* Adds the rules for names, sockets and unix_pairs to ctx. Returns 0 or a negative errno
- * (libseccomp's). */
+/* The pipe pages of every pipe a uid holds count against one limit of the whole uid
+ * (fs.pipe-user-pages-soft, per user_struct, not per user namespace): over it, every new pipe of
+ * that uid, another run's or the controller's, gets 2 pages instead of 16. A pipe is made with
+ * 16 pages (64 KiB); only F_SETPIPE_SZ grows it, to fs.pipe-max-size (1 MiB: 16 times more).
+ * Refused above the default, a run holds at most 16 pages per pipe it keeps open, which its
+ * open-files and processes limits bound. The kernel reads cmd and the size as 32-bit ints: the
+ * rule compares the low 32 bits, so high bits set change nothing. */
+#define PIPE_DEFAULT_BYTES 65536
+
+static int add_pipe_rule(scmp_filter_ctx ctx)
+{
+	return seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 2,
+				SCMP_A1_32(SCMP_CMP_EQ, F_SETPIPE_SZ),
+				SCMP_A2_32(SCMP_CMP_GT, PIPE_DEFAULT_BYTES));
+}
+
+/* Adds the rules for names, sockets, unix_pairs and pipes to ctx. Returns 0 or a negative
+ * errno (libseccomp's). */
 static int add_rules(scmp_filter_ctx ctx, const char *const *names, size_t n, int sockets,
-		     int unix_pairs)
+		     int unix_pairs, int pipes)
 {
 	int nrs[PLAN_SYSCALLS_MAX];
 	unsigned count = 0;
@@ -253,6 +271,11 @@ static int add_rules(scmp_filter_ctx ctx, const char *const *names, size_t n, in
 
 	if (sockets || unix_pairs) {
 		rc = add_socket_rules(ctx, nrs, count, sockets, unix_pairs);
+		if (rc < 0)
+			return rc;
+	}
+	if (pipes && !has_nr(nrs, count, SCMP_SYS(fcntl))) {
+		rc = add_pipe_rule(ctx);
 		if (rc < 0)
 			return rc;
 	}
@@ -303,7 +326,7 @@ static int export_bpf(scmp_filter_ctx ctx)
 }
 
 /* Builds the filter for these rules into filt. Returns 0 or an errno. */
-static int build(const char *const *names, size_t n, int sockets, int unix_pairs)
+static int build(const char *const *names, size_t n, int sockets, int unix_pairs, int pipes)
 {
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	int rc;
@@ -323,7 +346,7 @@ static int build(const char *const *names, size_t n, int sockets, int unix_pairs
 	if (rc == 0)
 		seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 	if (rc == 0)
-		rc = add_rules(ctx, names, n, sockets, unix_pairs);
+		rc = add_rules(ctx, names, n, sockets, unix_pairs, pipes);
 	rc = rc < 0 ? -rc : export_bpf(ctx);
 	seccomp_release(ctx);
 	return rc;
@@ -406,7 +429,8 @@ static int make_key(const struct plan *p, int sockets, int unix_pairs)
 		return -1;
 	plan_off = cache.key_len;
 	if (key_str(sockets ? "sockets" : "no-sockets") ||
-	    key_str(unix_pairs ? "unix-pairs" : "unix-any"))
+	    key_str(unix_pairs ? "unix-pairs" : "unix-any") ||
+	    key_str(p->deny_pipe_growth ? "pipes" : "no-pipes"))
 		return -1;
 	for (i = 0; i < p->ndeny_syscall; i++)
 		if (key_str(p->deny_syscall[i]))
@@ -554,6 +578,7 @@ void seccomp_prepare(const struct launch *L)
 	filt.sockets = p->deny_sockets == 1 ||
 		       (p->deny_sockets == 2 && (!L->netns || ns_net_shared()));
 	filt.unix_pairs = p->unix_pairs;
+	filt.pipes = p->deny_pipe_growth;
 	filt.ready = 1;
 	if (p->seccomp_cache && make_key(p, filt.sockets, filt.unix_pairs) == 0)
 		dfd = cache_dir(p->seccomp_cache);
@@ -563,7 +588,8 @@ void seccomp_prepare(const struct launch *L)
 	}
 	filt.unknown.len = 0;           /* a rejected file may have left its own */
 	filt.unknown_cut = 0;
-	filt.err = build(p->deny_syscall, p->ndeny_syscall, filt.sockets, filt.unix_pairs);
+	filt.err = build(p->deny_syscall, p->ndeny_syscall, filt.sockets, filt.unix_pairs,
+			 filt.pipes);
 	if (dfd >= 0) {
 		if (!filt.err)
 			cache_write(dfd);
@@ -604,6 +630,8 @@ int seccomp_apply(const struct plan *p)
 			report_applied("deny-sockets");
 		if (filt.unix_pairs)
 			report_applied("unix-pairs-only");
+		if (filt.pipes)
+			report_applied("deny-pipe-growth");
 		return 0;
 	}
 	if (filt.sockets && ns_net_shared()) {
@@ -623,6 +651,9 @@ int seccomp_apply(const struct plan *p)
 	if (filt.unix_pairs)
 		report_refused("unix-pairs-only", err, "there is no seccomp filter: the program may "
 			       "make unix sockets that reach the host's by name");
+	if (filt.pipes)
+		report_refused("deny-pipe-growth", err, "there is no seccomp filter: the program may "
+			       "grow its pipes");
 	return 0;
 }
 
@@ -682,7 +713,7 @@ int seccomp_probe(void)
 
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 		return errno;
-	err = build(names, 1, 1, 1);
+	err = build(names, 1, 1, 1, 1);
 	if (!err)
 		err = load();
 	if (!err && (syscall(SYS_personality, 0xffffffffUL) != -1 || errno != EPERM))

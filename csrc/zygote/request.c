@@ -89,10 +89,10 @@ static struct filter filters[FILTERS_MAX];
 static size_t nfilters, next_filter;
 static struct filter *loaded;   /* the one in seccomp.c's state now */
 
-/* What seccomp_prepare() builds from: the sockets rule and the names, in order. */
+/* What seccomp_prepare() builds from: the sockets and pipes rules and the names, in order. */
 static char *filter_key(const struct plan *p, int sockets)
 {
-	size_t i, len = 5;
+	size_t i, len = 6;
 	char *k, *e;
 
 	for (i = 0; i < p->ndeny_syscall; i++)
@@ -100,7 +100,7 @@ static char *filter_key(const struct plan *p, int sockets)
 	k = malloc(len);
 	if (!k)
 		return NULL;
-	e = k + sprintf(k, "%d%d", sockets, p->unix_pairs);
+	e = k + sprintf(k, "%d%d%d", sockets, p->unix_pairs, p->deny_pipe_growth);
 	for (i = 0; i < p->ndeny_syscall; i++)
 		e += sprintf(e, " %s", p->deny_syscall[i]);
 	return k;
