@@ -87,6 +87,16 @@ return policy.base {
     -- locks). Files in the run's tmpfs mounts (/dev/shm, shm_open, O_TMPFILE) are counted.
     "memfd_create", "memfd_secret",
   },
+  -- per-run quotas of what the kernel counts per uid (without root, every run has the
+  -- controller's uid, and one run could take the whole host's share from the others): in each
+  -- run's own user namespace, at most 8 inotify instances and 8192 watches (of the host's 128
+  -- and fs.inotify.max_user_watches for the whole uid); 1024 queued signals and POSIX timers;
+  -- 128 KiB of POSIX message queues (one queue of the default size); no pipe above 64 KiB
+  user_quotas = { inotify_instances = 8, inotify_watches = 8192 },
+  pending_signals = 1024,
+  message_queue_bytes = 131072,
+  deny_pipe_growth = true,
+
   -- where the run has no network namespace of its own (the shared one, or none where none could
   -- be made): socket() of every family but AF_UNIX is refused, and bind(): no socket of a run has
   -- a name other runs would see in /proc/net/unix or need

@@ -31,6 +31,11 @@
 -- in the controller's private lock directory and loaded from there by the next runs), `budgets` ("off", "poll", "cgroup", "auto": whole-run
 -- CPU and memory), `budget_poll_ms`, `cgroup` (a delegated cgroup v2 directory),
 -- `protect_controller` (default true: the controller is made non-dumpable before its first run).
+-- Per-run kernel quotas, which the kernel otherwise counts per uid, for every run of a controller
+-- that is not root together: `user_quotas` (name → value: /proc/sys/user/max_NAME in the run's own
+-- user namespace, e.g. inotify_instances), `pending_signals` (RLIMIT_SIGPENDING: queued signals
+-- and POSIX timers), `message_queue_bytes` (RLIMIT_MSGQUEUE), `deny_pipe_growth` (seccomp refuses
+-- F_SETPIPE_SZ above a pipe's default 64 KiB).
 -- Speed: `warm` (false, or `{preload = {module names}}`: runs are forked from a pre-started
 -- interpreter, corral-zygote, that imported these modules; see lua/corral/warm.lua), `prestart`
 -- (0..4: launches a controller keeps started ahead of the runs of the same options, each with its
@@ -166,7 +171,23 @@ function Policy:check()
   if self.deny_tcp ~= nil and self.deny_tcp ~= "always" and type(self.deny_tcp) ~= "boolean" then
     fail(self, "deny_tcp", "must be true, false or \"always\"")
   end
-  for _, k in ipairs({ "scope", "protect_controller", "seccomp_cache" }) do
+  if self.user_quotas ~= nil then
+    check_kind(self, "user_quotas", self.user_quotas, "table")
+    for k, v in pairs(self.user_quotas) do
+      if type(k) ~= "string" or not k:match("^[%l_]+$") or #k > 32 then
+        fail(self, "user_quotas", "keys must be names of /proc/sys/user/max_*, got " .. tostring(k))
+      end
+      if math.type(v) ~= "integer" or v < 0 or v > 2147483647 then
+        fail(self, "user_quotas", "values must be integers in 0..2147483647")
+      end
+    end
+  end
+  for _, k in ipairs({ "pending_signals", "message_queue_bytes" }) do
+    if self[k] ~= nil and self[k] ~= false and (math.type(self[k]) ~= "integer" or self[k] < 0) then
+      fail(self, k, "must be an integer >= 0, or false")
+    end
+  end
+  for _, k in ipairs({ "scope", "protect_controller", "seccomp_cache", "deny_pipe_growth" }) do
     if self[k] ~= nil then check_kind(self, k, self[k], "boolean") end
   end
 
@@ -369,9 +390,14 @@ function Policy:launch_args(opts, run, host)
   add("--rlimit", "core=0")
   add("--rlimit", "nofile=" .. int(opts.open_files))
   add("--rlimit", "nproc=" .. int(opts.processes))
-  -- POSIX message queues hold kernel memory outside the budget's sight: the kernel's default
-  -- (800 KiB), never more than an eighth of memory_mb, and no program may raise it
-  add("--rlimit", "msgqueue=" .. int(math.min(819200, opts.memory_mb * 131072)))
+  if self.pending_signals then add("--rlimit", "sigpending=" .. int(self.pending_signals)) end
+  -- POSIX message queues hold kernel memory outside the budget's sight: the policy's bytes (the
+  -- kernel's default, 800 KiB, without one), never more than an eighth of memory_mb, and no
+  -- program may raise it
+  add("--rlimit", "msgqueue=" .. int(math.min(self.message_queue_bytes or 819200, opts.memory_mb * 131072)))
+  if self.user_quotas then
+    for _, k in ipairs(sorted_keys(self.user_quotas)) do add("--user-max", k .. "=" .. int(self.user_quotas[k])) end
+  end
   if self.filesystem and self.filesystem ~= "off" then
     add("--landlock", self.filesystem)
     local ro, rw = self:filesystem_rules(opts, run)
@@ -392,6 +418,7 @@ function Policy:launch_args(opts, run, host)
     -- no socket that could address a host socket by path, whatever uid the run has (Landlock
     -- does not control connect(), nor a read-only mount)
     if self.unix_sockets ~= "any" then add("--unix-pairs-only") end
+    if self.deny_pipe_growth then add("--deny-pipe-growth") end
     if self.seccomp_cache ~= false then
       local dir = require("corral.host").lock_dir()
       if dir then add("--seccomp-cache", dir) end
@@ -505,6 +532,8 @@ local EXTRA_NAMES = {
   { "filesystem", "filesystem" }, { "landlock-net", "landlock-net" },
   { "scoped-signals", "scoped-signals" }, { "scoped-abstract-unix", "scoped-abstract-unix" },
   { "seccomp", "seccomp" }, { "deny-sockets", "deny-sockets" }, { "unix-pairs-only", "unix-pairs-only" },
+  { "deny-pipe-growth", "deny-pipe-growth" }, { "pending-signals", "pending-signals" },
+  { "user-quotas", "user-quotas" },
   { "budget-cpu", "budget-cpu" }, { "budget-memory", "budget-memory" },
   { "budget-poll", "budget-poll" }, { "cgroup", "cgroup" },
 }
