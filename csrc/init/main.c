@@ -81,6 +81,11 @@ int main(int argc, char **argv)
 	sigset_t set;
 	ssize_t n;
 
+	/* the plan points into a copy; the original, our /proc/1/cmdline, is hidden (steps.c) */
+	argv = args_copy(argc, argv);
+	if (!argv)
+		usage("out of memory");
+	args_hide();
 	memset(&shared, 0, sizeof shared);
 	for (i = 1; i + 1 < argc && strcmp(argv[i], "--plan") != 0; i += 2) {
 		const char *k = argv[i];

@@ -163,6 +163,13 @@ NORETURN void launch_run(struct launch *L, struct plan *plan);
 /* The steps after the report's header and the supervisor's signals (steps.c): session,
  * die-with-parent, budgets, namespaces. 0, or -1 after a fatal line. */
 int launch_steps(struct launch *L);
+
+/* The command line, hidden from the run (steps.c). args_copy() returns a copy of argv (one
+ * allocation, never freed: the options point into it) and notes where the kernel keeps the
+ * original, which /proc/PID/cmdline shows; NULL when out of memory. args_hide() overwrites that
+ * area with argv[0]'s base name and NUL bytes (async-signal-safe; nothing noted: nothing done). */
+char **args_copy(int argc, char **argv);
+void args_hide(void);
 /* corral-zygote's direct run: the state the launcher's files keep for one run (child.c, budget.c,
  * mounts.c, report.c) back to a fresh process's, in a process that shares the zygote's memory
  * with earlier runs. */

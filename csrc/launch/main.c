@@ -60,6 +60,10 @@ int main(int argc, char **argv)
 	char err[256];
 
 	step_not_dumpable();                    /* 0a. */
+	/* the plan points into a copy: B, the run's pid 1, hides the original (steps.c) */
+	argv = args_copy(argc, argv);
+	if (!argv)
+		usage_error("out of memory");
 	if (plan_parse(&plan, argc, argv, err, sizeof err) != 0)
 		usage_error(err);
 	if (plan.mode == PLAN_HELP) {

@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -37,6 +39,62 @@ static int step_die_with_parent(const struct launch *L)
 	}
 	report_applied("die-with-parent");
 	return 0;
+}
+
+/* The plan on the command line holds the controller's pid, the install path, the private lock
+ * directory, the run directory and (corral-init) the request's number. The init of the run's PID
+ * namespace (B, or corral-init) is its pid 1, and /proc/1/cmdline, which every process may read,
+ * would show all of it to the program: the init hides its own copy. (A, outside the namespace,
+ * keeps its command line for the host's tools.) The kernel keeps the strings of argv one after
+ * another in one area. */
+static char *args_start;
+static size_t args_len;
+static size_t args_name;        /* the base name of argv[0]: where it starts in the area */
+
+char **args_copy(int argc, char **argv)
+{
+	size_t len = 0, off = 0, n;
+	char **v;
+	char *buf;
+	int i;
+
+	for (i = 0; i < argc; i++)
+		len += strlen(argv[i]) + 1;
+	v = malloc(((size_t)argc + 1) * sizeof *v);
+	buf = malloc(len ? len : 1);
+	if (!v || !buf) {
+		free(v);
+		free(buf);
+		return NULL;
+	}
+	for (i = 0; i < argc; i++) {
+		n = strlen(argv[i]) + 1;
+		memcpy(buf + off, argv[i], n);
+		v[i] = buf + off;
+		off += n;
+	}
+	v[argc] = NULL;
+	if (argc > 0 && argv[argc - 1] + strlen(argv[argc - 1]) + 1 == argv[0] + len) {
+		const char *slash = strrchr(v[0], '/');
+
+		args_start = argv[0];
+		args_len = len;
+		args_name = slash ? (size_t)(slash + 1 - v[0]) : 0;
+	}
+	return v;
+}
+
+void args_hide(void)
+{
+	size_t n;
+
+	if (!args_start)
+		return;
+	/* the area ends with argv[0]'s base name, then NUL bytes: the name moves to the front
+	 * (memmove: they may overlap) */
+	n = strlen(args_start + args_name);
+	memmove(args_start, args_start + args_name, n);
+	memset(args_start + n, 0, args_len - n);
 }
 
 int launch_steps(struct launch *L)

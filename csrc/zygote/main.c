@@ -467,6 +467,13 @@ int main(int argc, char **argv)
 	int r;
 
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);     /* 0. as the launcher: no ptrace, no fd theft */
+	/* the options point into a copy: a run's init forked from us (S, A, B) hides the original,
+	 * which holds the controller's pid (steps.c); we keep ours for the host's tools */
+	argv = args_copy(argc, argv);
+	if (!argv) {
+		fprintf(stderr, "corral-zygote: out of memory\n");
+		return EXIT_USAGE;
+	}
 	r = parse_args(argc, argv, err, sizeof err);
 	if (r == 1) {
 		fputs(help_text, stdout);
