@@ -406,7 +406,8 @@ function S.case_opts(case, ctx, sink)
 end
 
 --- Every case, from the case files, in order; each gets its index.
-S.CASE_FILES = { "limits", "processes", "output", "files", "environment", "network", "programs", "pending" }
+S.CASE_FILES = { "limits", "processes", "output", "files", "environment", "network", "programs", "pending",
+                 "tenancy" }
 function S.load_cases()
   local all, names = {}, {}
   for _, file in ipairs(S.CASE_FILES) do
