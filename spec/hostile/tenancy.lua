@@ -163,6 +163,36 @@ return {
     end,
   },
   {
+    -- why file locks are not refused (THREAT-MODEL.md: file locks as a channel between runs):
+    -- the run's own files need them
+    name = "sqlite3 and flock work on the run's own files in its work dir",
+    code = [[
+import fcntl, sqlite3
+a = sqlite3.connect("db.sqlite", timeout=0)
+a.execute("create table t (x)")
+a.commit()
+a.execute("begin immediate")
+a.execute("insert into t values (1)")
+b = sqlite3.connect("db.sqlite", timeout=0)
+try:
+    b.execute("begin immediate")
+    print("no lock")
+except sqlite3.OperationalError as e:
+    print("locked:", e)
+a.commit()
+print("rows", b.execute("select count(*) from t").fetchone()[0])
+f, g = open("lock", "w"), open("lock", "w")
+fcntl.flock(f, fcntl.LOCK_EX)
+try:
+    fcntl.flock(g, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("no flock")
+except OSError:
+    print("flock held")
+]],
+    opts = { timeout = 5 },
+    expect = { reason = "exit", returncode = 0, stdout_exact = "locked: database is locked\nrows 1\nflock held\n" },
+  },
+  {
     name = "the run's own /proc shows neither the controller's pid, the install path, the lock dir nor the plan",
     code = [[
 import json
