@@ -710,13 +710,21 @@ int ns_apply(struct launch *L)
 	inherited = L->userns;  /* the zygote's or the holder's, shared: none of the run's own */
 	nested = ((s && s->userns) || (!s && net_shared && L->userns)) &&
 		 (all.flags & CLONE_NEWPID) != 0;
-	if (nested &&
-	    (L->direct ? (errno = L->direct_maps_err) != 0 :
-	     unshare(CLONE_NEWUSER) == 0 && write_own_maps(L) != 0)) {
+	if (nested) {
+		int err = 0;
+
 		/* a direct run's maps were written by P, which had the capabilities (corral-init
 		 * lost them at its execve but for the ambient ones) */
-		report_fatal(W_IDMAP, errno, NULL);
-		return -1;
+		if (L->direct)
+			err = L->direct_maps_err;
+		else if (unshare(CLONE_NEWUSER) != 0)
+			nested = 0;     /* refused: the run stays in the shared one */
+		else if (write_own_maps(L) != 0)
+			err = errno;
+		if (err) {
+			report_fatal(W_IDMAP, err, NULL);
+			return -1;
+		}
 	}
 
 	if (all.flags) {
