@@ -253,6 +253,8 @@ S.variants = {
   -- the network namespace (one of the run's own: a shared one comes with the seccomp socket
   -- filter) as the only network wall (no Landlock TCP denial)
   ["netns-only"] = { deny_tcp = false, network = "new" },
+  -- no Landlock (which refuses mq_open): what RLIMIT_MSGQUEUE alone bounds
+  ["no-landlock"] = { filesystem = "off" },
   -- no private mounts and no Landlock: the suite's own checks must see what a run leaves
   ["host-work-open"] = { tmpfs = {}, work_mb = false, filesystem = "off" },
   -- no scratch mounts and the work dir on the host: the clean-up faces what the program planted

@@ -105,6 +105,41 @@ while time.time() < t0 + %d:
 print(json.dumps({"t0": t0, "tries": tries, "failed": failed, "why": why_of}))
 ]], TRY_S)
 
+-- POSIX message queues: the hog makes queues of the default size until refused and holds them;
+-- the victim, under the same variant, makes and removes one every 50 ms.
+local MQ_HOG = string.format([[
+import ctypes, json, os, time
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+n = 0
+while n < 1000:
+    q = rt.mq_open(("/hog%%d" %% n).encode(), os.O_CREAT | os.O_RDWR, 0o600, None)
+    if q < 0:
+        break
+    os.close(q)
+    n += 1
+t1 = time.time()
+time.sleep(%d)
+print(json.dumps({"took": {"queues": n}, "held_from": t1, "held_to": time.time()}), flush=True)
+]], HOLD_S)
+
+local MQ_VICTIM = string.format([[
+import ctypes, json, os, time
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+t0 = time.time()
+tries, failed, why_of = [], {}, {}
+while time.time() < t0 + %d:
+    tries.append(int((time.time() - t0) * 1000))
+    q = rt.mq_open(b"/victim", os.O_CREAT | os.O_RDWR, 0o600, None)
+    if q < 0:
+        failed.setdefault("queue", []).append(tries[-1])
+        why_of["queue"] = os.strerror(ctypes.get_errno())
+    else:
+        os.close(q)
+        rt.mq_unlink(b"/victim")
+    time.sleep(0.05)
+print(json.dumps({"t0": t0, "tries": tries, "failed": failed, "why": why_of}))
+]], TRY_S)
+
 local function last_json(s)
   local found
   for line in (s or ""):gmatch("[^\n]+") do
@@ -114,6 +149,35 @@ local function last_json(s)
     end
   end
   return found
+end
+
+-- The victim (r) made its attempts while the hog (the companion) held what it took, and none
+-- was refused.
+local function starved_not(r, o)
+  local c = o.companion.res or {}
+  local hog = last_json(c.stdout)
+  assert(hog, string.format("the hog printed nothing (reason %s): %s", tostring(c.reason), tostring(c.stderr)))
+  local v = assert(last_json(r.stdout), "the victim printed nothing")
+  local function held(ms)
+    local t = v.t0 + ms / 1000
+    return t > hog.held_from and t < hog.held_to
+  end
+  local during = 0
+  for _, ms in ipairs(v.tries) do
+    if held(ms) then during = during + 1 end
+  end
+  assert(during > 0, "the victim made no attempt while the hog held its quotas")
+  local bad = {}
+  for kind, times in pairs(v.failed) do
+    local n = 0
+    for _, ms in ipairs(times) do
+      if held(ms) then n = n + 1 end
+    end
+    if n > 0 then bad[#bad + 1] = string.format("%s (%d of %d tries): %s", kind, n, during, v.why[kind]) end
+  end
+  table.sort(bad)
+  assert(#bad == 0, "while the hog held " .. cjson.encode(hog.took) .. ", the victim was refused: "
+    .. table.concat(bad, "; "))
 end
 
 -- Strings of the host the program must not find, with what each is.
@@ -135,32 +199,17 @@ return {
     code = VICTIM,
     opts = { timeout = TRY_S + 3 },
     expect = { reason = "exit", returncode = 0 },
-    check = function(r, ctx, o)
-      local c = o.companion.res or {}
-      local hog = last_json(c.stdout)
-      assert(hog, string.format("the hog printed nothing (reason %s): %s", tostring(c.reason), tostring(c.stderr)))
-      local v = assert(last_json(r.stdout), "the victim printed nothing")
-      local function held(ms)
-        local t = v.t0 + ms / 1000
-        return t > hog.held_from and t < hog.held_to
-      end
-      local during = 0
-      for _, ms in ipairs(v.tries) do
-        if held(ms) then during = during + 1 end
-      end
-      assert(during > 0, "the victim made no attempt while the hog held its quotas")
-      local bad = {}
-      for kind, times in pairs(v.failed) do
-        local n = 0
-        for _, ms in ipairs(times) do
-          if held(ms) then n = n + 1 end
-        end
-        if n > 0 then bad[#bad + 1] = string.format("%s (%d of %d tries): %s", kind, n, during, v.why[kind]) end
-      end
-      table.sort(bad)
-      assert(#bad == 0, "while the hog held " .. cjson.encode(hog.took) .. ", the victim was refused: "
-        .. table.concat(bad, "; "))
-    end,
+    check = function(r, _, o) starved_not(r, o) end,
+  },
+  {
+    name = "a run that takes every byte of POSIX message queue it may does not starve a concurrent run",
+    variant = "no-landlock",
+    prologue = false,
+    companion = { code = MQ_HOG, variant = "no-landlock", opts = { timeout = HOLD_S + 10 } },
+    code = MQ_VICTIM,
+    opts = { timeout = TRY_S + 3 },
+    expect = { reason = "exit", returncode = 0 },
+    check = function(r, _, o) starved_not(r, o) end,
   },
   {
     -- why file locks are not refused (THREAT-MODEL.md: file locks as a channel between runs):
