@@ -36,6 +36,12 @@ describe("corral-launch", function()
     { "--held -- /bin/true", "--held goes with --hold-net" },
     { "--prestart --pidns -- /bin/true", "--prestart needs --pidns and --report-fd" },
     { "--prestart --report-fd 3 -- /bin/true", "--prestart needs --pidns and --report-fd" },
+    -- a name of /proc/sys/user/max_*, never a path
+    { "--user-max ../../kernel/x=1 -- /bin/true", "not a name of [a-z_]" },
+    { "--user-max inotify_instances -- /bin/true", "is not NAME=VALUE" },
+    { "--user-max inotify_instances=2147483648 -- /bin/true", "out of range" },
+    { "--deny-pipe-growth -- /bin/true", "--seccomp auto|require" },
+    { "--rlimit msgqueue=x -- /bin/true", "x" },
   }
   for _, c in ipairs(bad) do
     it("exits 2 naming what is wrong in '" .. c[1] .. "'", function()

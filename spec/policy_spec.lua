@@ -101,6 +101,28 @@ except OSError as e:
     assert.has_error(function() policy.load(policy.load("default"):extend { budgets = "cgroup" }) end)
   end)
 
+  it("checks the per-run quota fields", function()
+    local function bad(spec, want)
+      local ok, err = pcall(policy.load, policy.load("default"):extend(spec))
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    bad({ user_quotas = { ["../x"] = 1 } }, "field 'user_quotas' keys must be names")
+    bad({ user_quotas = { inotify_instances = -1 } }, "field 'user_quotas' values")
+    bad({ user_quotas = { inotify_instances = 1.5 } }, "field 'user_quotas' values")
+    bad({ pending_signals = "many" }, "field 'pending_signals'")
+    bad({ message_queue_bytes = -1 }, "field 'message_queue_bytes'")
+    bad({ deny_pipe_growth = "yes" }, "field 'deny_pipe_growth'")
+    -- (its own network namespace: no shared one's holder is started for launch_args)
+    local p = policy.load(policy.load("default"):extend { user_quotas = { inotify_instances = 2 },
+                                                         pending_signals = false, network = "new" })
+    local args = table.concat(p:launch_args(p:prepare({}, require("corral.host").probe()),
+      { workdir = "/w", code_dir = "/c", top = "/t" }, {}), " ")
+    assert.is_truthy(args:find("--user-max inotify_instances=2", 1, true), args)
+    assert.is_falsy(args:find("sigpending", 1, true), args)
+    assert.is_truthy(args:find("--deny-pipe-growth", 1, true), args)
+  end)
+
   it("checks the network and seccomp_cache fields", function()
     assert.has_error(function() policy.load(policy.load("default"):extend { network = "everywhere" }) end)
     assert.has_error(function() policy.load(policy.load("default"):extend { seccomp_cache = "yes" }) end)
