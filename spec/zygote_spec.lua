@@ -652,7 +652,9 @@ time.sleep(0.2)
   end)
 
   it("runs a program as the child of its run's own init, corral-init; a run with a cgroup by its spawner", function()
-    local code = "import os\nprint(os.getpid(), os.getppid(), open('/proc/1/comm').read().strip())"
+    -- (and the init's command line: its name, none of the plan's options, which name the host)
+    local code = "import os\nc = open('/proc/1/cmdline', 'rb').read()\n" ..
+      "print(os.getpid(), os.getppid(), open('/proc/1/comm').read().strip(), c.split(b'\\0')[0].decode(), c.count(b'--'))"
     local p1, p2 = Z.plan(code), Z.plan(code)
     -- a run cgroup (here one that cannot be used: refused, and the budgets polled) goes by S
     local args = with_options(p2.args, "--cgroup", "/nonexistent/corral-spec")
@@ -662,14 +664,14 @@ time.sleep(0.2)
     p2.close()
     -- direct: the zygote cloned the init into the run's namespaces, which forked the program
     -- (pid 2) from the zygote's memory and became corral-init
-    assert.are.equal("2 1 corral-init\n", out.runs["1"].stdout, out.runs["1"].stderr)
+    assert.are.equal("2 1 corral-init corral-init 0\n", out.runs["1"].stdout, out.runs["1"].stderr)
     assert.are.equal("exit 0", how(out.runs["1"].status))
     assert.is_truthy(out.runs["1"].report:find("applied pid-namespace", 1, true))
     -- its pid message carried the init's pidfd, and `ended` came before `exit`, with its status
     assert.are.equal(out.runs["1"].pid, out.runs["1"].pidfd_pid)
     assert.are.equal(0, out.runs["1"].ended)
     -- by S, A and B: the program is pid 3 (the helper that forked it took 2), under B, a copy of S
-    assert.are.equal("3 1 corral-spawner\n", out.runs["2"].stdout, out.runs["2"].stderr)
+    assert.are.equal("3 1 corral-spawner corral-zygote 0\n", out.runs["2"].stdout, out.runs["2"].stderr)
     assert.is_truthy(out.runs["2"].report:find("refused cgroup", 1, true), out.runs["2"].report)
     -- neither a pidfd nor `ended`: the run ends at A's reaping
     assert.is_nil(out.runs["2"].pidfd_pid)
