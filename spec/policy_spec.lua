@@ -121,6 +121,12 @@ except OSError as e:
     assert.is_truthy(args:find("--user-max inotify_instances=2", 1, true), args)
     assert.is_falsy(args:find("sigpending", 1, true), args)
     assert.is_truthy(args:find("--deny-pipe-growth", 1, true), args)
+    -- false turns them off
+    p = policy.load(p:extend { user_quotas = false, deny_pipe_growth = false })
+    args = table.concat(p:launch_args(p:prepare({}, require("corral.host").probe()),
+      { workdir = "/w", code_dir = "/c", top = "/t" }, {}), " ")
+    assert.is_falsy(args:find("--user-max", 1, true), args)
+    assert.is_falsy(args:find("--deny-pipe-growth", 1, true), args)
   end)
 
   it("checks the network and seccomp_cache fields", function()

@@ -171,7 +171,7 @@ function Policy:check()
   if self.deny_tcp ~= nil and self.deny_tcp ~= "always" and type(self.deny_tcp) ~= "boolean" then
     fail(self, "deny_tcp", "must be true, false or \"always\"")
   end
-  if self.user_quotas ~= nil then
+  if self.user_quotas ~= nil and self.user_quotas ~= false then
     check_kind(self, "user_quotas", self.user_quotas, "table")
     for k, v in pairs(self.user_quotas) do
       if type(k) ~= "string" or not k:match("^[%l_]+$") or #k > 32 then
