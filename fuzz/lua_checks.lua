@@ -17,7 +17,9 @@ local function is_str(v, pattern)
 end
 
 local REPORT_KEYS = { version = true, applied = true, applied_order = true, refused = true, fatal = true,
-                      pid = true, status = true, usage = true }
+                      pid = true, status = true, usage = true, observed = true, exceeded = true,
+                      total = true }
+local OBSERVED_KEYS = { tasks = true, vm = true, file = true }
 
 --- report.parse(text) never raises and returns a table of the documented shape.
 -- @param text any Lua value (the harness passes the input's bytes)
@@ -61,6 +63,11 @@ function M.report(text)
   local s = r.status
   if s ~= nil and (type(s) ~= "table" or (s.kind ~= "exit" and s.kind ~= "signal") or mtype(s.code) ~= "integer") then
     return "status is malformed: " .. tostring(s and s.kind) .. " " .. tostring(s and s.code)
+  end
+  if type(r.observed) ~= "table" then return "observed is not a table" end
+  for k, v in pairs(r.observed) do
+    if not OBSERVED_KEYS[k] then return "observed has " .. tostring(k) end
+    if mtype(v) ~= "integer" or v < 0 then return "observed." .. k .. " is " .. tostring(v) end
   end
   local u = r.usage
   if u ~= nil then
