@@ -49,6 +49,8 @@ static int step_die_with_parent(const struct launch *L)
  * another in one area. */
 static char *args_start;
 static size_t args_len;
+static char **volatile args_v;  /* the copy, kept for the process's life (the plan points in): */
+static char *volatile args_buf; /* volatile, or the stores go, and valgrind calls it lost */
 static size_t args_name;        /* the base name of argv[0]: where it starts in the area */
 
 char **args_copy(int argc, char **argv)
@@ -74,6 +76,8 @@ char **args_copy(int argc, char **argv)
 		off += n;
 	}
 	v[argc] = NULL;
+	args_v = v;
+	args_buf = buf;
 	if (argc > 0 && argv[argc - 1] + strlen(argv[argc - 1]) + 1 == argv[0] + len) {
 		const char *slash = strrchr(v[0], '/');
 
