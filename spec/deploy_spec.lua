@@ -201,13 +201,35 @@ local function depends_closure(pkgs)
 end
 
 --- The Debian package that owns a file (merged /usr: tries the /usr and / spellings).
-local function owner(path)
-  local real = sh("realpath " .. q(path))
-  for _, p in ipairs({ path, real, "/usr" .. path, (path:gsub("^/usr/", "/")), "/usr" .. real }) do
-    local out, ok = sh("dpkg -S " .. q(p) .. " 2>/dev/null")
-    if ok and out ~= "" then return (out:match("^([^:,]+)")) end
+-- The Debian package that owns each path (path -> package; a path nobody owns is left out), in
+-- two dpkg -S calls for the lot: each call reads every package's file list, a second or more.
+-- A path is tried as it is, resolved, and with /usr added or taken away (merged /usr).
+local function owners(paths)
+  local function forms(path, real)
+    return { path, real, "/usr" .. path, (path:gsub("^/usr/", "/")), "/usr" .. real }
   end
-  return nil
+  local quoted = {}
+  for i, p in ipairs(paths) do quoted[i] = q(p) end
+  local reals = #paths > 0 and lines(sh("realpath -m " .. table.concat(quoted, " "))) or {}
+  local ask, asked = {}, {}
+  for i, p in ipairs(paths) do
+    for _, f in ipairs(forms(p, reals[i] or p)) do
+      if not asked[f] then asked[f] = true; ask[#ask + 1] = q(f) end
+    end
+  end
+  local found = {}
+  -- dpkg -S prints "pkg[, pkg...]: path" for each owned path (and fails for the rest)
+  for _, l in ipairs(lines(sh("dpkg -S " .. table.concat(ask, " ") .. " 2>/dev/null; true"))) do
+    local pkg, path = l:match("^([^:,]+).-: (/.*)$")
+    if pkg and not found[path] then found[path] = pkg end
+  end
+  local out = {}
+  for i, p in ipairs(paths) do
+    for _, f in ipairs(forms(p, reals[i] or p)) do
+      if found[f] then out[p] = found[f] break end
+    end
+  end
+  return out
 end
 
 ---------------------------------------------------------------------------------------------
@@ -714,8 +736,10 @@ describe("deploy/Dockerfile", function()
     end
     assert.is_true(next(headers) ~= nil, "no compile command found")
     local missing = {}
-    for _, path in ipairs(keys(headers)) do
-      local pkg = owner(path)
+    local paths = keys(headers)
+    local owned = owners(paths)
+    for _, path in ipairs(paths) do
+      local pkg = owned[path]
       if not pkg or not closure[pkg] then missing[#missing + 1] = path .. " (" .. tostring(pkg) .. ")" end
     end
     assert.are.equal("", table.concat(missing, "\n"), "headers from packages the build stage lacks")
@@ -763,7 +787,7 @@ describe("deploy/Dockerfile", function()
     local elves = lines(sh("cd " .. q(t.out) .. " && find . -type f | while read -r f; do " ..
       "[ \"$(head -c 4 \"$f\" | od -An -c | tr -d ' ')\" = '177ELF' ] && echo \"$f\"; done"))
     assert.is_true(#elves >= 2, "ELF files: " .. table.concat(elves, " "))
-    local missing, seen = {}, {}
+    local missing, seen, libs = {}, {}, {}
     for _, f in ipairs(elves) do
       local out, ok = sh("ldd " .. q(t.out .. "/" .. f))
       -- a static executable (corral-init) loads no library
@@ -772,11 +796,15 @@ describe("deploy/Dockerfile", function()
       assert.is_falsy(out:find("not found", 1, true), f .. ": " .. out)
       for lib in out:gmatch("=>%s+(/%S+)") do
         if not seen[lib] then
-          seen[lib] = true
-          local pkg = owner(lib)
-          if not pkg or not closure[pkg] then missing[#missing + 1] = f .. ": " .. lib .. " (" .. tostring(pkg) .. ")" end
+          seen[lib] = f
+          libs[#libs + 1] = lib
         end
       end
+    end
+    local owned = owners(libs)
+    for _, lib in ipairs(libs) do
+      local pkg = owned[lib]
+      if not pkg or not closure[pkg] then missing[#missing + 1] = seen[lib] .. ": " .. lib .. " (" .. tostring(pkg) .. ")" end
     end
     local names = table.concat(keys(seen), " ")
     assert.is_truthy(names:find("libuv.so", 1, true) and names:find("libseccomp.so", 1, true), names)
