@@ -33,7 +33,7 @@ static int *queue;              /* files K could not take yet */
 static size_t nqueue, capqueue;
 
 /* K: closes every file that comes, until EOF (Z closed its end, or is gone). */
-static NORETURN void closer_main(pid_t zygote, int sock)
+static NORETURN void closer_main(const struct zygote *z, int sock)
 {
 	char byte;
 	union {
@@ -42,7 +42,7 @@ static NORETURN void closer_main(pid_t zygote, int sock)
 	} cm;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	if (getppid() != zygote)
+	if (getppid() != z->self)
 		_exit(0);
 	close_fds(3, sock - 1);
 	close_fds(sock + 1, -1);
@@ -76,26 +76,8 @@ static NORETURN void closer_main(pid_t zygote, int sock)
 
 int closer_start(struct zygote *z)
 {
-	int sv[2];
-	pid_t pid;
-
 	z->closer = -1;
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-		return -1;
-	pid = fork();
-	if (pid == 0) {
-		close(sv[0]);
-		close(z->ctl);          /* the host's socket is Z's alone */
-		closer_main(z->self, sv[1]);
-	}
-	close(sv[1]);
-	if (pid < 0) {
-		close(sv[0]);
-		return -1;
-	}
-	z->closer = sv[0];
-	z->closer_pid = pid;
-	return 0;
+	return helper_fork(z, closer_main, &z->closer, &z->closer_pid);
 }
 
 /* Sends what is queued, as much as the socket takes now. */

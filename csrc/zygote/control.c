@@ -236,3 +236,31 @@ ssize_t ctl_recv(int fd, char *buf, size_t len, int *fds, int maxfds, int *nfds,
 	}
 	return n;
 }
+
+/* A helper process of Z's (S, K): forked with a SOCK_SEQPACKET pair, the child runs
+ * child_main(z, its end) and never returns; Z keeps the other end. 0 (*sock, *pid set), or -1
+ * with errno. */
+int helper_fork(struct zygote *z, void (*child_main)(const struct zygote *z, int sock), int *sock,
+		pid_t *pid)
+{
+	int sv[2];
+	pid_t p;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+		return -1;
+	p = fork();
+	if (p == 0) {
+		close(sv[0]);
+		close(z->ctl);          /* the host's socket is Z's alone */
+		child_main(z, sv[1]);
+		_exit(0);
+	}
+	close(sv[1]);
+	if (p < 0) {
+		close(sv[0]);
+		return -1;
+	}
+	*sock = sv[0];
+	*pid = p;
+	return 0;
+}

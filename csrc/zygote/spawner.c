@@ -253,25 +253,7 @@ static NORETURN void spawner_main(const struct zygote *z, int sock)
 
 int spawner_start(struct zygote *z)
 {
-	int sv[2];
-	pid_t pid;
-
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-		return -1;
-	pid = fork();
-	if (pid == 0) {
-		close(sv[0]);
-		close(z->ctl);          /* the host's socket is Z's alone */
-		spawner_main(z, sv[1]);
-	}
-	close(sv[1]);
-	if (pid < 0) {
-		close(sv[0]);
-		return -1;
-	}
-	z->spawner = sv[0];
-	z->spawner_pid = pid;
-	return 0;
+	return helper_fork(z, spawner_main, &z->spawner, &z->spawner_pid);
 }
 
 pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const int *fds,

@@ -124,6 +124,8 @@ void request_filter(const struct zygote *z, const struct plan *p);
 /* ---- spawner.c ---- */
 
 /* In Z at start-up, before the interpreter: forks S. 0, or -1 with errno. */
+int helper_fork(struct zygote *z, void (*child_main)(const struct zygote *z, int sock), int *sock,
+		pid_t *pid);                    /* control.c: S and K */
 int spawner_start(struct zygote *z);
 void spawner_stop(struct zygote *z);             /* at Z's end: EOF to S, which is waited for */
 /* A request (checked: "run\0ID\0ARGS...", its four fds) and the run's socket to S: A's pid, or -1
