@@ -109,7 +109,6 @@ static struct {
 	const struct plan *plan;
 	int end_seen;                   /* the walk at C's exit was made */
 	unsigned long long peak_tasks;  /* the most tasks of the run in one walk */
-	unsigned long long beside;      /* tasks outside the walk that share its RLIMIT_NPROC count */
 	unsigned long long peak_vm_kb;  /* the largest address space of one process */
 	/* cgroup mode */
 	int cg;                 /* 1: the run cgroup exists and is in use */
@@ -883,10 +882,6 @@ int budget_prepare(const struct launch *L)
 	long pagesize;
 
 	bud.plan = p;
-	/* RLIMIT_NPROC counts the tasks of the program's uid in its user namespace. Without --uid
-	 * the program keeps the launcher's uid, which the supervisor has there too, and so has the
-	 * holder of a --net-join namespace, whose user namespace the run joins. */
-	bud.beside = p->has_ids ? 0 : 1 + (p->net_join ? 1 : 0);
 	if (!p->cgroup && !p->budget_cpu_ms && !p->budget_memory_kb)
 		return 0;
 	bud.clk_tck = sysconf(_SC_CLK_TCK);
@@ -1064,7 +1059,9 @@ static void report_observed(const char *what, unsigned long long v)
 void budget_report_observed(int wstatus)
 {
 	if (bud.on) {
-		report_observed("tasks", bud.peak_tasks + bud.beside);
+		/* the program's tasks alone: --rlimit nproc bounds them, the run's other
+		 * processes being added to RLIMIT_NPROC (child.c) */
+		report_observed("tasks", bud.peak_tasks);
 		report_observed("vm", bud.peak_vm_kb);
 	}
 	if (bud.plan && bud.plan->rlimit[PLAN_RL_FSIZE].set &&

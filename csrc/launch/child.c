@@ -92,8 +92,9 @@ static const struct {
 	[PLAN_RL_MSGQUEUE] = { RLIMIT_MSGQUEUE, "message-queues" },
 };
 
+/* value: what was asked; extra: what the launcher added to it (RLIMIT_NPROC) */
 static void refuse_rlimit(const char *name, int err, unsigned long long value,
-			  const struct rlimit *cur)
+			  unsigned long long extra, const struct rlimit *cur)
 {
 	struct line l;
 
@@ -101,13 +102,18 @@ static void refuse_rlimit(const char *name, int err, unsigned long long value,
 	line_add(&l, name);
 	line_add(&l, " ");
 	line_errname(&l, err);
-	if (err == EPERM && cur->rlim_max != RLIM_INFINITY && value > cur->rlim_max) {
+	if (err == EPERM && cur->rlim_max != RLIM_INFINITY && value + extra > cur->rlim_max) {
 		line_add(&l, " asked for ");
 		line_num(&l, value);
+		if (extra) {
+			line_add(&l, " (");
+			line_num(&l, value + extra);
+			line_add(&l, " with the run's own processes)");
+		}
 		line_add(&l, " but the hard limit is ");
 		line_num(&l, cur->rlim_max);
 		line_add(&l, " and raising it needs CAP_SYS_RESOURCE; ask for at most ");
-		line_num(&l, cur->rlim_max);
+		line_num(&l, cur->rlim_max > extra ? cur->rlim_max - extra : 0);
 	} else if (err == EINVAL) {
 		line_add(&l, " the kernel rejected the value (nofile above fs.nr_open?)");
 	} else {
@@ -118,21 +124,27 @@ static void refuse_rlimit(const char *name, int err, unsigned long long value,
 
 /* soft = hard = VALUE, except cpu: hard = VALUE + 1. With soft == hard the kernel sends SIGKILL
  * at the limit; one more second lets SIGXCPU arrive first (and still kills a program that
- * ignores it). Refused limits are reported and left as they are. */
-static void step_rlimits(const struct plan *p)
+ * ignores it). nproc: VALUE is what the program may hold, and the run's processes that the
+ * kernel counts with it are added (launch.h, nproc_beside); the report says VALUE. Refused
+ * limits are reported and left as they are. */
+static void step_rlimits(const struct launch *L)
 {
+	const struct plan *p = L->plan;
 	int i;
 
 	for (i = 0; i < PLAN_RL_COUNT; i++) {
 		struct rlimit cur, want;
 		unsigned long long v = p->rlimit[i].value;
+		unsigned long long extra = 0;
 
 		if (!p->rlimit[i].set)
 			continue;
+		if (i == PLAN_RL_NPROC && L->nproc_beside > 0 && v < RLIM_INFINITY - 16)
+			extra = (unsigned long long)L->nproc_beside;
 		if (getrlimit(rlimits[i].resource, &cur) != 0)
 			cur.rlim_cur = cur.rlim_max = RLIM_INFINITY;
-		want.rlim_cur = v;
-		want.rlim_max = v;
+		want.rlim_cur = v + extra;
+		want.rlim_max = v + extra;
 		if (i == PLAN_RL_CPU) {
 			want.rlim_max = v + 1;
 			if (cur.rlim_max != RLIM_INFINITY && want.rlim_max > cur.rlim_max &&
@@ -140,7 +152,7 @@ static void step_rlimits(const struct plan *p)
 				want.rlim_max = cur.rlim_max;
 		}
 		if (setrlimit(rlimits[i].resource, &want) != 0) {
-			refuse_rlimit(rlimits[i].name, errno, v, &cur);
+			refuse_rlimit(rlimits[i].name, errno, v, extra, &cur);
 			continue;
 		}
 		if (i == PLAN_RL_CORE && v == 0) {
@@ -402,7 +414,7 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	} else if (landlock_prepare(p, &ll) != 0) {
 		die(errfd, ll.what, ll.err);
 	}
-	step_rlimits(p);
+	step_rlimits(L);
 	step_ids(L, errfd, parent);
 	step_no_new_privs();
 	if (landlock_enforce(p, &ll) != 0)      /* needs no_new_privs without CAP_SYS_ADMIN */

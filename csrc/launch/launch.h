@@ -116,6 +116,12 @@ struct launch {
 	 * the zygote's memory. */
 	int direct;
 	int direct_maps_err;    /* why P could not write the user namespace's maps (0: it did) */
+	/* Processes of the run other than the program's that RLIMIT_NPROC counts with the
+	 * program's: the kernel counts every task of a uid in a user namespace (and in each
+	 * namespace below it) against the limit of the process that forks, so without --uid the
+	 * supervisor A and the init B, which keep the program's uid in its user namespace, take
+	 * slots of --rlimit nproc. C sets RLIMIT_NPROC to the plan's value plus these. */
+	int nproc_beside;
 };
 
 /* ---- report.c: every function here is async-signal-safe ---- */

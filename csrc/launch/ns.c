@@ -698,6 +698,10 @@ int ns_apply(struct launch *L)
 	if (p->pidns)
 		all.flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC;
 	if (!all.flags && !s && !net_shared) {
+		/* no user namespace of the run's: A has the program's uid where the kernel counts
+		 * it, as does everything else of that uid on the host */
+		if (!p->has_ids)
+			L->nproc_beside = 1;
 		refuse_mounts(p, &pid);
 		return 0;
 	}
@@ -767,6 +771,11 @@ int ns_apply(struct launch *L)
 	}
 	L->netns = net.got;
 	L->pidns = pid.got;
+	/* A, and B with a PID namespace (corral-init is both); a holder's user namespace joined
+	 * without one of the run's own inside it also holds the holder, and every concurrent run
+	 * joined to it: that count is shared, and not exact */
+	if (!p->has_ids)
+		L->nproc_beside = (L->direct ? 1 : 1 + L->pidns) + (inherited && !nested && !s ? 1 : 0);
 	refuse_mounts(p, &pid);
 	return 0;
 }

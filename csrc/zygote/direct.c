@@ -126,6 +126,7 @@ static NORETURN void c_main(const struct job *j, int errfd, int go)
 	L.seccomp_ready = 1;            /* the filter is in memory (request_filter) */
 	L.run_program = py_run_program;
 	L.direct = 1;
+	L.nproc_beside = j->plan->has_ids ? 0 : 1;      /* corral-init, in the run's user namespace */
 	child_run(&L, 1, errfd);        /* our parent: the namespace's init */
 }
 

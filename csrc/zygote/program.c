@@ -278,6 +278,7 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
 	L.sigfd = -1;
 	L.userns = (mask & CLONE_NEWUSER) || z->ns.userns;
 	L.run_program = py_run_program;
+	L.nproc_beside = p->has_ids ? 0 : 2;   /* A and B, in the run's user namespace */
 	child_run(&L, 1, errfd);        /* I is gone: B, the namespace's init, is our parent */
 }
 

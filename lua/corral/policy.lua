@@ -18,7 +18,9 @@
 -- "host"), `pid_namespace`, `user_namespace` ("auto", "never", "always"), `uid_range` ({first, last}, used when the
 -- controller is root), `tmp_dir`, `tmpfs` (path → MiB: fresh scratch mounts, with a PID
 -- namespace), `work_mb` (the work dir as a tmpfs of this size), `kill_on_overflow`, `grace`,
--- `tail_bytes`, `code_name`.
+-- `tail_bytes`, `code_name`, `wrapper_processes` (processes of a wrapper the launcher runs instead
+-- of the interpreter, such as bwrap's monitor, that RLIMIT_NPROC counts with the program's: added
+-- to `processes`).
 -- Hardening: `filesystem` ("off", "auto", "require": Landlock), `fs_read` and `fs_write` (paths
 -- the program may read and execute, or also write, besides the interpreter's own directories,
 -- the code and the work dir), `deny_tcp` (Landlock's TCP wall: true with `network = "new"` or "shared",
@@ -207,6 +209,10 @@ function Policy:check()
   if self.budgets == "cgroup" and not self.cgroup then
     fail(self, "budgets", "is cgroup but the policy names no cgroup directory")
   end
+  if self.wrapper_processes ~= nil and (math.type(self.wrapper_processes) ~= "integer"
+      or self.wrapper_processes < 0 or self.wrapper_processes > 16) then
+    fail(self, "wrapper_processes", "must be an integer in 0..16")
+  end
   for _, k in ipairs({ "grace", "tail_bytes" }) do
     if type(self[k]) ~= "number" or self[k] < 0 then fail(self, k, "must be a number >= 0") end
   end
@@ -389,7 +395,9 @@ function Policy:launch_args(opts, run, host)
   add("--rlimit", "fsize=" .. int(opts.file_mb * 1048576))
   add("--rlimit", "core=0")
   add("--rlimit", "nofile=" .. int(opts.open_files))
-  add("--rlimit", "nproc=" .. int(opts.processes))
+  -- the program's processes; the launcher adds its own that the kernel counts with them, and a
+  -- wrapper's (bwrap's monitor) are the policy's to add
+  add("--rlimit", "nproc=" .. int(opts.processes + (self.wrapper_processes or 0)))
   if self.pending_signals then add("--rlimit", "sigpending=" .. int(self.pending_signals)) end
   -- POSIX message queues hold kernel memory outside the budget's sight: the policy's bytes (the
   -- kernel's default, 800 KiB, without one), never more than an eighth of memory_mb, and no
