@@ -15,6 +15,7 @@
  *   seccomp.c    the program's seccomp filter: built by A before any fork, loaded by C last
  *   landlock.c   Landlock for the program: --fs-ro, --fs-rw, --deny-tcp, --scope
  *   probe.c      --probe
+ *   relay.c      --relay: a wrapper's program, whose death by a signal it passes on
  *
  * Process names used in comments: A is the launcher, B the init of a PID namespace (pid 1
  * inside), C the program (forked by B, or by A without a PID namespace).
@@ -373,5 +374,8 @@ void budget_cleanup(void);      /* A at the end, whatever happened: the run cgro
 /* ---- probe.c ---- */
 
 int probe_run(void);
+
+/* ---- relay.c ---- */
+int relay_run(const struct plan *p);   /* exit status of --relay */
 
 #endif

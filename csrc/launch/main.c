@@ -83,6 +83,10 @@ int main(int argc, char **argv)
 		plan_free(&plan);
 		return code;
 	}
+	if (plan.mode == PLAN_RELAY) {
+		step_close_inherited(-1);
+		return relay_run(&plan);        /* relay.c */
+	}
 	if (plan.mode == PLAN_KILL_UID) {
 		uid_t uid = plan.kill_uid;
 

@@ -23,6 +23,7 @@ static const char help_text[] =
 	"       corral-launch --probe\n"
 	"       corral-launch --kill-uid U\n"
 	"       corral-launch --hold-net [--userns MODE] [--parent-pid PID]\n"
+	"       corral-launch --relay -- PROGRAM [ARGS...]\n"
 	"       corral-launch --help\n"
 	"\n"
 	"Runs PROGRAM in a new process under a confinement plan: a new session, death\n"
@@ -114,6 +115,9 @@ static const char help_text[] =
 	"                        namespace when needed, as --userns says), print\n"
 	"                        \"ready\" and keep it until the parent dies, a\n"
 	"                        signal, or EOF on a pipe or socket stdin\n"
+	"  --relay               inside a wrapper that reports a death by signal N\n"
+	"                        as exit 128+N (bwrap): run PROGRAM, exit as it\n"
+	"                        exits, pass a terminating signal on to the parent\n"
 	"  --help                this text\n"
 	"\n"
 	"Options also take the --opt=VALUE form. PROGRAM is used as given (no PATH\n"
@@ -349,7 +353,7 @@ enum opt {
 	O_LANDLOCK, O_FS_RO, O_FS_RW, O_SECCOMP, O_DENY_SYSCALL, O_BUDGET_CPU, O_BUDGET_MEM,
 	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE, O_USER_MAX, O_DENY_PIPE_GROWTH,
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_UNIX_PAIRS, O_CGROUP_REQUIRE,
-	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD,
+	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD, O_RELAY,
 	O_PRESTART,
 	O_COUNT
 };
@@ -398,6 +402,7 @@ static const struct {
 	[O_PROBE] = { "--probe", 0, 0 },
 	[O_HELP] = { "--help", 0, 0 },
 	[O_HOLD_NET] = { "--hold-net", 0, 0 },
+	[O_RELAY] = { "--relay", 0, 0 },
 	[O_HELD] = { "--held", 0, 0 },
 	[O_PRESTART] = { "--prestart", 0, 0 },
 };
@@ -559,6 +564,9 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 	case O_HELD:
 		p->held = 1;
 		return 0;
+	case O_RELAY:
+		p->mode = PLAN_RELAY;
+		return 0;
 	case O_PRESTART:
 		p->prestart = 1;
 		return 0;
@@ -670,6 +678,10 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		}
 		return 0;
 	}
+	if (seen[O_RELAY] && nopts != 1) {
+		fail(err, errlen, "--relay takes no other option, only -- PROGRAM [ARGS...]");
+		goto bad;
+	}
 	if (seen[O_HELD]) {
 		fail(err, errlen, "--held goes with --hold-net");
 		goto bad;
@@ -730,7 +742,7 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 			goto bad_null;
 		p->args[p->nargs++] = argv[i];
 	}
-	p->mode = PLAN_RUN;
+	p->mode = seen[O_RELAY] ? PLAN_RELAY : PLAN_RUN;
 	return 0;
 
 bad_null:

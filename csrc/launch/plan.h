@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-enum plan_mode { PLAN_RUN, PLAN_PROBE, PLAN_HELP, PLAN_KILL_UID, PLAN_HOLD_NET };
+enum plan_mode { PLAN_RUN, PLAN_PROBE, PLAN_HELP, PLAN_KILL_UID, PLAN_HOLD_NET, PLAN_RELAY };
 enum plan_net { PLAN_NET_HOST, PLAN_NET_NEW, PLAN_NET_REQUIRE };
 enum plan_userns { PLAN_USERNS_AUTO, PLAN_USERNS_NEVER, PLAN_USERNS_ALWAYS };
 /* --landlock, --seccomp: off (default), auto (what the kernel offers; the rest is reported as
