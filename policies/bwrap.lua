@@ -1,9 +1,13 @@
 --- bwrap: seed 003's sandbox — bubblewrap around the interpreter, with corral's launcher outside.
--- `bwrap --unshare-all --new-session --die-with-parent --clearenv`, the code as /home/code.py in a
--- read-only /home, a read-only root holding only what the interpreter needs (asked of the
--- interpreter itself, so a python outside /usr works too) and no writable directory. The launcher
+-- `bwrap --unshare-all` but the PID namespace (the launcher's is the run's), `--new-session
+-- --die-with-parent --clearenv`, the code as /home/code.py in a read-only /home, a read-only root
+-- holding only what the interpreter needs (asked of the interpreter itself, so a python outside
+-- /usr works too, with the places outside it that its libraries' symlinks lead to), a read-only
+-- /dev of the usual devices with a small /dev/shm, and no other writable directory. The launcher
 -- still applies the rlimits (instead of prlimit), the session, the pid namespace, the per-run uid
--- and the clean-up around it.
+-- and the clean-up around it. bwrap's monitor reports a program's death by signal N as exit
+-- 128+N: the interpreter runs under `corral-launch --relay`, which passes such a death on to the
+-- monitor as that signal, so the launcher sees what happened to the program.
 local policy = require "corral.policy"
 local core = require "corral.core"
 local host = require "corral.host"
@@ -23,7 +27,123 @@ local P = policy.load("default"):extend {
   filesystem = "off",
   seccomp = "off",
   bwrap_path = "/usr/bin:/bin:/usr/local/bin",
+  -- bwrap's monitor and the relay: RLIMIT_NPROC counts them with the interpreter's processes
+  wrapper_processes = 2,
+  -- MiB of /dev/shm (POSIX semaphores and shared memory: multiprocessing). bwrap's tmpfs, which
+  -- the budget's polling does not see (a run cgroup counts it): bounded by this size alone
+  dev_shm_mb = 16,
+  -- where the relay appears inside the sandbox
+  relay_path = "/run/corral-launch",
 }
+
+-- Directories the dynamic loader searches (its defaults and /etc/ld.so.conf's), where a
+-- library may be a symlink into a directory the root does not bind (Debian's alternatives:
+-- libblas.so.3 -> /etc/alternatives/... -> /usr/lib/.../blas/libblas.so.3).
+local function loader_dirs()
+  local dirs, seen = {}, {}
+  local function add(d)
+    if d:sub(1, 1) == "/" and not seen[d] then seen[d] = true; dirs[#dirs + 1] = d end
+  end
+  local function read_conf(path, depth)
+    local f = io.open(path, "r")
+    if not f then return end
+    for line in f:lines() do
+      line = line:gsub("#.*", ""):match("^%s*(.-)%s*$")
+      local inc = line:match("^include%s+(.+)$")
+      if inc and depth < 2 then
+        local dir, pat = inc:match("^(.*)/([^/]*)$")
+        local names = dir and core.listdir(dir) or {}
+        table.sort(names)
+        local lpat = pat and "^" .. pat:gsub("[%.%-%+]", "%%%0"):gsub("%*", ".*") .. "$"
+        for _, n in ipairs(names) do
+          if lpat and n:match(lpat) then read_conf(dir .. "/" .. n, depth + 1) end
+        end
+      elseif line ~= "" then
+        add(line)
+      end
+    end
+    f:close()
+  end
+  for _, d in ipairs({ "/lib", "/usr/lib", "/lib64", "/usr/lib64" }) do add(d) end
+  read_conf("/etc/ld.so.conf", 0)
+  return dirs
+end
+
+local function normalize(path)
+  local parts = {}
+  for seg in path:gmatch("[^/]+") do
+    if seg == ".." then parts[#parts] = nil elseif seg ~= "." then parts[#parts + 1] = seg end
+  end
+  return "/" .. table.concat(parts, "/")
+end
+
+local function under(path, roots)
+  for _, r in ipairs(roots) do
+    if path == r or path:sub(1, #r + 1) == r .. "/" then return true end
+  end
+  return false
+end
+
+-- The binds that make each symlink chain starting at `path` resolve inside the sandbox as it
+-- does outside: a link outside the bound `roots` is made again (bwrap --symlink), and where the
+-- chain ends outside them, that file or directory is bound read-only. Adds to `out` (a list of
+-- {op, a, b}), keyed by path in `seen`.
+local function follow(path, roots, out, seen)
+  local cur = path
+  for _ = 1, 40 do
+    local st = core.lstat(cur)
+    if not st then return end
+    local outside = not under(cur, roots)
+    if st.type ~= "link" then
+      if outside and not seen[cur] then
+        seen[cur] = true
+        out[#out + 1] = { "--ro-bind", cur, cur }
+      end
+      return
+    end
+    local target = core.readlink(cur)
+    if not target then return end
+    if outside and not seen[cur] then
+      seen[cur] = true
+      out[#out + 1] = { "--symlink", target, cur }
+    end
+    local parent = cur:match("^(.*)/[^/]*$")
+    local nxt = normalize(target:sub(1, 1) == "/" and target or ((parent ~= "" and parent or "") .. "/" .. target))
+    -- the next link's own directory as the kernel finds it (/lib -> usr/lib)
+    local dir, base = nxt:match("^(.*)/([^/]*)$")
+    local real = core.realpath(dir ~= "" and dir or "/")
+    if not real then return end
+    cur = (real == "/" and "" or real) .. "/" .. base
+  end
+end
+
+-- Per interpreter and set of roots: computed once per process.
+local chains = {}
+
+--- The extra binds for the symlinks of the interpreter and of the loader's library directories
+-- whose resolution leaves `roots`: a list of {op, a, b}.
+function P.symlink_binds(python, roots)
+  local key = python .. "\0" .. table.concat(roots, "\0")
+  if chains[key] then return chains[key] end
+  local real_roots = {}
+  for _, r in ipairs(roots) do real_roots[#real_roots + 1] = core.realpath(r) or r end
+  local out, seen = {}, {}
+  follow(python, real_roots, out, seen)
+  for _, d in ipairs(loader_dirs()) do
+    local real = core.realpath(d)
+    if real and under(real, real_roots) then
+      local names = core.listdir(real) or {}
+      table.sort(names)
+      for _, n in ipairs(names) do
+        local p = real .. "/" .. n
+        local st = core.lstat(p)
+        if st and st.type == "link" then follow(p, real_roots, out, seen) end
+      end
+    end
+  end
+  chains[key] = out
+  return out
+end
 
 function P:prepare(opts, h)
   local o, err, code = policy.Policy.prepare(self, opts, h)
@@ -31,11 +151,17 @@ function P:prepare(opts, h)
   local bwrap = host.which("bwrap", self.bwrap_path)
   if not bwrap then return nil, "ENOENT: Cannot find the `bwrap` executable (install the bubblewrap package)", "ENOENT" end
   o.bwrap_exe = bwrap
+  local launcher, lerr, lcode = require("corral.paths").launcher()
+  if not launcher then return nil, lerr, lcode end
+  o.launcher_exe = launcher
   return o
 end
 
 function P:command(opts, run)
-  local a = { opts.bwrap_exe, "--unshare-all", "--new-session", "--die-with-parent", "--clearenv",
+  -- --unshare-all without --unshare-pid: bwrap's pid 1 would stand between the relay and the
+  -- monitor it must signal
+  local a = { opts.bwrap_exe, "--unshare-user-try", "--unshare-ipc", "--unshare-net", "--unshare-uts",
+              "--unshare-cgroup-try", "--new-session", "--die-with-parent", "--clearenv",
               "--chdir", "/home", "--ro-bind", run.code_dir, "/home" }
   local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
   -- /lib, /lib64, /bin as the host has them: symlinks into /usr on merged-/usr systems
@@ -43,12 +169,35 @@ function P:command(opts, run)
     local st = core.lstat(d)
     if st and st.type == "link" then add("--symlink", core.readlink(d), d) end
   end
+  local roots = {}
   for _, root in ipairs(host.python_roots(opts.python_exe)) do
     local st = core.lstat(root)
-    if st and st.type == "directory" then add("--ro-bind", root, root) end
+    if st and st.type == "directory" then add("--ro-bind", root, root); roots[#roots + 1] = root end
   end
+  for _, b in ipairs(P.symlink_binds(opts.python_exe, roots)) do add(b[1], b[2], b[3]) end
+  add("--ro-bind", opts.launcher_exe, self.relay_path)
+  -- null, zero, full, random, urandom, tty, pts, shm, the fd links; read-only, but for a small
+  -- /dev/shm (bwrap's /dev is a tmpfs the program could fill)
+  add("--dev", "/dev", "--perms", "1777", "--size", string.format("%d", self.dev_shm_mb * 1048576),
+      "--tmpfs", "/dev/shm", "--remount-ro", "/dev")
   add("--remount-ro", "/")
+  add("--", self.relay_path, "--relay", "--")
   for _, v in ipairs(self:python_argv(opts, run, "/home/" .. self.code_name)) do add(v) end
+  return a
+end
+
+-- The relay's directory stays in sight when it lies under one of the launcher's scratch mounts
+-- (a source tree in /tmp), as an interpreter's does.
+function P:launch_args(opts, run, h)
+  local a = policy.Policy.launch_args(self, opts, run, h)
+  local dir = opts.launcher_exe:match("^(.*)/[^/]*$")
+  for path in pairs(self.pid_namespace and self.tmpfs or {}) do
+    if dir and dir:sub(1, #path + 1) == path .. "/" then
+      table.insert(a, 1, dir)
+      table.insert(a, 1, "--ro-bind")
+      break
+    end
+  end
   return a
 end
 
