@@ -369,8 +369,7 @@ local reason_cases = {
   -- root), bwrap's own user namespace changes what the kernel counts: not asserted there
   { "forks until EAGAIN at processes=8, then exit 1, is processes", "processes",
     function(pol) return (FORKS:gsub("HOLD", pol == "bwrap" and "2" or "0")) end,
-    { processes = 8, timeout = 10 }, stdout = "stopped %d+ 11", needs = "processes",
-    skip = { bwrap = not H.root } },
+    { processes = 8, timeout = 10 }, stdout = "stopped %d+ 11", needs = "processes" },
   { "printing BlockingIOError: [Errno 11] without forking is not processes", "exit",
     "import sys\nprint('BlockingIOError: [Errno 11] Resource temporarily unavailable', file=sys.stderr)\nsys.exit(1)",
     { processes = 8 } },
