@@ -101,7 +101,7 @@ int reap_one(struct prog *c)
 /* B waits with sigwaitinfo() on SIGCHLD and the stop signals, which stay blocked (inherited
  * from A), so no wakeup is lost. A stop signal counts only from outside the namespace (si_pid 0):
  * the program may not end its own supervision. With a budget, the wait ends at each tick, and a
- * run over budget is ended as on a stop signal. */
+ * run over budget is ended as on a stop signal. 0: C ended; 1: over budget; 2: stopped. */
 int init_wait(struct prog *c)
 {
 	sigset_t set;
@@ -133,7 +133,32 @@ int init_wait(struct prog *c)
 			continue;       /* EINTR */
 		}
 		if (si.si_signo != SIGCHLD && si.si_pid == 0)
-			return 1;
+			return 2;
+	}
+}
+
+/* Before a stop kills the run: FLUSH_SIGNAL to every process of the namespace (the prelude's
+ * handler writes out what the program buffered, then dies), and C at most FLUSH_MS to end. A run
+ * over budget gets none: its processes may be stopped, and it must end now. */
+void init_flush(struct prog *c)
+{
+	long long deadline = now_ms() + FLUSH_MS, left;
+	struct timespec ts;
+	sigset_t set;
+	siginfo_t si;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	kill(-1, FLUSH_SIGNAL);
+	for (;;) {
+		while (reap_one(c) > 0)
+			;
+		left = deadline - now_ms();
+		if (c->reaped || left <= 0)
+			return;
+		ts.tv_sec = left / 1000;
+		ts.tv_nsec = (long)(left % 1000) * 1000000L;
+		sigtimedwait(&set, &si, &ts);
 	}
 }
 
@@ -165,7 +190,11 @@ void init_watch(struct prog *c, struct outcome *o)
 		prog_read(c);
 	/* With a budget, the rest of the namespace is killed and reaped before the report, so
 	 * that usage and total count it. */
-	if (init_wait(c) || budget_active())
+	int why = init_wait(c);
+
+	if (why == 2)
+		init_flush(c);
+	if (why || budget_active())
 		init_kill_all(c);
 	prog_finish(c, o);
 }

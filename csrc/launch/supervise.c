@@ -350,6 +350,26 @@ setup_failed:
 
 /* ---- no PID namespace: a subreaper ---- */
 
+/* A stop: FLUSH_SIGNAL to C (the prelude's handler writes out what the program buffered, then
+ * dies), and at most FLUSH_MS for it to end, before the sweep kills the tree. Only C: without a
+ * namespace there is no atomic way to signal the tree, and the sweep must freeze it first. */
+static void flush_program(struct launch *L, struct prog *c)
+{
+	long long deadline = now_ms() + FLUSH_MS, left;
+	struct pollfd pfd = { L->sigfd, POLLIN, 0 };
+
+	kill(c->pid, FLUSH_SIGNAL);
+	for (;;) {
+		while (reap_one(c) > 0)
+			;
+		left = deadline - now_ms();
+		if (c->reaped || left <= 0)
+			return;
+		if (poll(&pfd, 1, (int)left) > 0)
+			drain_signals(L->sigfd);
+	}
+}
+
 static void run_subreaper(struct launch *L, struct outcome *out)
 {
 	const struct plan *p = L->plan;
@@ -379,13 +399,15 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 		if (fds[1].revents && c.errfd >= 0)
 			prog_read(&c);
 		if ((fds[0].revents & POLLIN) && drain_signals(L->sigfd))
-			stop = 1;
+			stop = 2;
 		budget_observe_exit(c.pid);
 		while (reap_one(&c) > 0)
 			;
 		if (!c.reaped && !stop && budget_check())
 			stop = 1;       /* over a budget: end the run as on SIGTERM */
 	}
+	if (stop == 2 && !c.reaped)
+		flush_program(L, &c);
 	/* C has ended, or the run is being ended: nothing else may survive it. */
 	sweep_tree(p, L->sigfd, c.pid, &c.reaped, &c.wstatus);
 	while (c.errfd >= 0)
