@@ -16,9 +16,10 @@ return policy.base {
   },
   -- where a bare interpreter name such as "python3" is looked up: the sandbox's own PATH
   python_path = "/usr/local/bin:/usr/bin:/bin",
-  -- -I: isolated mode (no PYTHON* variables, no user site, no script dir on sys.path);
-  -- -u: unbuffered, so output written before a kill is not lost
-  python_args = { "-I", "-u" },
+  -- -I: isolated mode (no PYTHON* variables, no user site, no script dir on sys.path). Without
+  -- -u the program runs through corral's prelude: stdout is block-buffered and flushed when the
+  -- run is ended (a timeout, the CPU limit); with -u every write is a system call of its own
+  python_args = { "-I" },
   env = { PATH = "/usr/bin:/bin", LANG = "C.UTF-8" },
   -- one empty network namespace for every run of this controller, kept by a holder process
   -- (joining it costs microseconds; making and tearing down one per run costs about half a

@@ -1,6 +1,6 @@
 --- warm: default's sandbox, with each run forked from a pre-started interpreter.
 -- The zygote (corral-zygote) starts once per controller, makes the long-lived namespaces (the
--- network one, and the user one where that needs it), initialises Python as `python3 -I -u` would
+-- network one, and the user one where that needs it), initialises Python as `python3 -I` would
 -- and imports the modules below. Each run is then a fork of it that gets, as under `default`,
 -- its own PID, mount and IPC namespaces, scratch mounts, work dir, rlimits, uid, Landlock
 -- domain, seccomp filter, budgets and kill. Runs are not forked from one another, so nothing

@@ -1,7 +1,7 @@
 /* python.c: the embedded interpreter (CPython 3.11, libpython3.11).
  *
- * In Z, py_start() initialises it exactly as `python3 -I -u FILE` started by the launcher would
- * be (isolated mode, unbuffered stdio, sys.path, sys.prefix, sys.executable, sys.flags, the
+ * In Z, py_start() initialises it exactly as `python3 -I FILE` started by the launcher would
+ * be (isolated mode, buffered stdio, sys.path, sys.prefix, sys.executable, sys.flags, the
  * locale, UTF-8 mode and the encodings of the same start-up environment), imports the preloaded
  * modules, runs the compiler once, and freezes everything it made (gc.freeze(): the collector of
  * a run never walks, and so never writes to, the zygote's objects, which the runs share with Z
@@ -51,8 +51,9 @@ int _Py_HandleSystemExit(int *exitcode_p);
  * values the zygote started with. Under -I no PYTHON* variable is read. */
 static const char *const locale_vars[] = { "LC_ALL", "LC_CTYPE", "LANG" };
 
-/* A run's standard stream, made as Python/pylifecycle.c's create_stdio() makes it for `-u`,
- * when the fd is not of the kind the zygote's own stream was made for (see std_kind). */
+/* A run's standard stream, made as Python/pylifecycle.c's create_stdio() makes it without -u
+ * (buffered; line-buffered when a terminal, and stderr always), when the fd is not of the kind
+ * the zygote's own stream was made for (see std_kind). */
 static const char stream_src[] =
 	"import io as _io, os as _os, sys as _sys\n"
 	"def stream(fd, write, name, encoding, errors):\n"
@@ -60,10 +61,11 @@ static const char stream_src[] =
 	"        _os.fstat(fd)\n"
 	"    except OSError:\n"
 	"        return None\n"
-	"    buf = _io.open(fd, 'wb' if write else 'rb', 0 if write else -1, None, None, None, False)\n"
-	"    raw = buf if write else buf.raw\n"
+	"    buf = _io.open(fd, 'wb' if write else 'rb', -1, None, None, None, False)\n"
+	"    raw = buf.raw\n"
 	"    raw.name = name\n"
-	"    s = _io.TextIOWrapper(buf, encoding, errors, '\\n', False, write)\n"
+	"    line = raw.isatty() or fd == 2\n"
+	"    s = _io.TextIOWrapper(buf, encoding, errors, '\\n', line, False)\n"
 	"    s.mode = 'w' if write else 'r'\n"
 	"    return s\n"
 	/* numpy.random's global generator is seeded once, at import: C reseeds it, once, after
@@ -260,7 +262,7 @@ static void restore_std(const int saved[3])
 static int init_interpreter(const struct zygote *z, char *err, size_t errlen)
 {
 	/* The command line of a run's python3, but -c pass: nothing runs. */
-	char *argv[] = { (char *)z->python, "-I", "-u", "-c", "pass", NULL };
+	char *argv[] = { (char *)z->python, "-I", "-c", "pass", NULL };
 	PyConfig config;
 	PyStatus st;
 	int saved[3];
@@ -270,7 +272,7 @@ static int init_interpreter(const struct zygote *z, char *err, size_t errlen)
 		return -1;
 	}
 	PyConfig_InitPythonConfig(&config);
-	st = PyConfig_SetBytesArgv(&config, 5, argv);
+	st = PyConfig_SetBytesArgv(&config, 4, argv);
 	if (!PyStatus_Exception(st))
 		st = Py_InitializeFromConfig(&config);
 	PyConfig_Clear(&config);
@@ -467,15 +469,14 @@ int py_check_run(const struct zygote *z, const struct plan *p, char *err, size_t
 			 "is %.200s", p->program, z->python);
 		return -1;
 	}
-	/* python3 -I -u FILE [ARGS...] or python3 -I -u -c COMMAND [ARGS...] */
-	if (p->nargs < 4 || strcmp(p->args[1], "-I") != 0 || strcmp(p->args[2], "-u") != 0 ||
-	    (p->args[3][0] == '-' && strcmp(p->args[3], "-c") != 0) ||
-	    (strcmp(p->args[3], "-c") == 0 && p->nargs < 5)) {
-		snprintf(err, errlen, "the interpreter's options %.60s %.60s %.60s are not supported: "
-			 "the zygote runs only `%.200s -I -u FILE [ARGS...]` and `... -I -u -c COMMAND "
+	/* python3 -I FILE [ARGS...] or python3 -I -c COMMAND [ARGS...] */
+	if (p->nargs < 3 || strcmp(p->args[1], "-I") != 0 ||
+	    (p->args[2][0] == '-' && strcmp(p->args[2], "-c") != 0) ||
+	    (strcmp(p->args[2], "-c") == 0 && p->nargs < 4)) {
+		snprintf(err, errlen, "the interpreter's options %.60s %.60s are not supported: "
+			 "the zygote runs only `%.200s -I FILE [ARGS...]` and `... -I -c COMMAND "
 			 "[ARGS...]` (run other options with corral-launch)",
-			 p->nargs > 1 ? p->args[1] : "", p->nargs > 2 ? p->args[2] : "",
-			 p->nargs > 3 ? p->args[3] : "", z->python);
+			 p->nargs > 1 ? p->args[1] : "", p->nargs > 2 ? p->args[2] : "", z->python);
 		return -1;
 	}
 	for (i = 0; i < sizeof locale_vars / sizeof locale_vars[0]; i++) {
@@ -855,23 +856,23 @@ static PyObject *get_importer(PyObject *filename, const char *path)
 	return PyImport_GetImporter(filename);
 }
 
-/* pymain_run_python() (Modules/main.c) for `-I -u FILE` and `-I -u -c COMMAND`. */
+/* pymain_run_python() (Modules/main.c) for `-I FILE` and `-I -c COMMAND`. */
 static void run_main(const struct plan *p, struct result *res)
 {
 	PyObject *program_name, *filename, *importer;
 
-	if (strcmp(p->args[3], "-c") == 0) {
-		run_command(p->args[4], res);
+	if (strcmp(p->args[2], "-c") == 0) {
+		run_command(p->args[3], res);
 		return;
 	}
 	program_name = PyUnicode_DecodeFSDefault(p->args[0]);
-	filename = PyUnicode_DecodeFSDefault(p->args[3]);
+	filename = PyUnicode_DecodeFSDefault(p->args[2]);
 	if (!program_name || !filename) {
 		res->code = exit_err_print();
 		return;
 	}
 	/* pymain_get_importer(): a zip file or a directory runs its __main__ */
-	importer = get_importer(filename, p->args[3]);
+	importer = get_importer(filename, p->args[2]);
 	if (!importer) {
 		PySys_WriteStderr("Failed checking if argv[0] is an import path entry\n");
 		if (err_print(&res->code)) {
@@ -884,7 +885,7 @@ static void run_main(const struct plan *p, struct result *res)
 		return;
 	}
 	Py_XDECREF(importer);
-	run_file(program_name, filename, p->args[3], res);
+	run_file(program_name, filename, p->args[2], res);
 }
 
 /* os.environ (its dict, posix.environ, which os.environb shares) and environ: exactly the plan's
@@ -930,7 +931,7 @@ static int setup_environ(const struct plan *p)
  * decoded as Python decodes its command line. */
 static int setup_argv(const struct plan *p)
 {
-	int command = strcmp(p->args[3], "-c") == 0;
+	int command = strcmp(p->args[2], "-c") == 0;
 	PyObject *argv = PyList_New(0), *orig = PyList_New(0), *a;
 	size_t i;
 	int r = -1;
@@ -940,7 +941,7 @@ static int setup_argv(const struct plan *p)
 	for (i = 0; i < p->nargs; i++) {
 		a = PyUnicode_DecodeFSDefault(p->args[i]);
 		if (!a || PyList_Append(orig, a) < 0 ||
-		    (i >= 3 && !(command && i == 4) && PyList_Append(argv, a) < 0)) {
+		    (i >= 2 && !(command && i == 3) && PyList_Append(argv, a) < 0)) {
 			Py_XDECREF(a);
 			goto out;
 		}
@@ -1228,7 +1229,7 @@ static NORETURN void exit_sigint(void)
 static NORETURN void end(int code)
 {
 	PyObject *m, *r;
-	int status;
+	int status, i;
 
 	/* wait_for_thread_shutdown() (Python/pylifecycle.c) */
 	m = PyImport_GetModule(py.threading);
@@ -1245,6 +1246,11 @@ static NORETURN void end(int code)
 	Py_XDECREF(r);
 	PyErr_Clear();
 	if (needs_finalize()) {
+		/* The zygote's own streams, when the run has them, must be sys's alone: the
+		 * finalization deallocates them after the last finalizer ran, and their close()
+		 * writes out what that finalizer printed into the buffer. */
+		for (i = 0; i < 3; i++)
+			Py_CLEAR(py.std[i]);
 		status = Py_FinalizeEx();
 	} else {
 		status = flush_std_files();

@@ -165,7 +165,7 @@ void request_stop_all(struct zygote *z);
 
 /* ---- python.c ---- */
 
-/* In Z: initialises the interpreter as `python3 -I -u` started with z->env for environment,
+/* In Z: initialises the interpreter as `python3 -I` started with z->env for environment,
  * imports the preloaded modules (a failure adds "preload-failed MODULE REASON" to lines) and
  * readies it for forking. 0, or -1 with a message in err. */
 int py_start(const struct zygote *z, struct strv *lines, char *err, size_t errlen);

@@ -50,6 +50,7 @@
 -- `classify(raw, opts, rep)` → reason string, `result(raw, opts, run, host)` → the result table.
 local core = require "corral.core"
 local paths = require "corral.paths"
+local prelude = require "corral.prelude"
 local report = require "corral.report"
 
 local M = {}
@@ -280,13 +281,22 @@ function Policy:prepare(opts, host)
 end
 
 --- The program the launcher runs: the interpreter on the code file.
--- Python before 3.12 silently stops reading a source file at its first NUL byte; such code is
--- compiled from bytes instead, so that Python itself reports the NUL bytes as an error.
+-- Without -u in python_args the interpreter runs the code through the prelude (corral.prelude:
+-- buffered stdout, flushed when the run is ended). With -u it runs the file itself; Python
+-- before 3.12 silently stops reading a source file at its first NUL byte, so such code is then
+-- compiled from bytes instead, so that Python itself reports the NUL bytes as an error (the
+-- prelude always compiles from bytes).
 -- @param path the code file as the interpreter sees it (default: run.code_path)
 function Policy:python_argv(opts, run, path)
-  local argv = { opts.python_exe }
-  for _, a in ipairs(self.python_args or { "-I", "-u" }) do argv[#argv + 1] = a end
-  if run.has_nul then
+  local argv, unbuffered = { opts.python_exe }, false
+  for _, a in ipairs(self.python_args or { "-I" }) do
+    argv[#argv + 1] = a
+    if a == "-u" then unbuffered = true end
+  end
+  if not unbuffered then
+    argv[#argv + 1] = "-c"
+    argv[#argv + 1] = prelude.source
+  elseif run.has_nul then
     argv[#argv + 1] = "-c"
     argv[#argv + 1] = "import sys; p = sys.argv[1]; exec(compile(open(p, 'rb').read(), p, 'exec'))"
   end

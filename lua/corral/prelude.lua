@@ -1,0 +1,82 @@
+--- The prelude: Python source the interpreter runs as `python3 -I -c PRELUDE FILE ARGS...`, which
+-- then runs FILE as `python3 -I FILE ARGS...` would, with stdout block-buffered (one write per
+-- 8 KiB instead of two per print() under -u) and nothing written lost when the run is ended:
+--   * SIGXCPU (RLIMIT_CPU's soft limit; the hard one is a second later): flush stdout and
+--     stderr, then die of SIGXCPU as before;
+--   * FLUSH_SIGNAL, sent by the run's supervisor to every process of the run before it kills
+--     them (a timeout, a stop): flush, then die of SIGKILL, as the kill would have done.
+-- Python runs a handler in the main thread between two bytecodes: a program inside one long C
+-- call when the run ends loses what it had buffered, as does one that replaces the handlers,
+-- dies of another signal, or calls os._exit().
+-- What the program sees is what FILE's run shows: a fresh __main__ with a script's globals,
+-- sys.argv = [FILE, ARGS...], sys.orig_argv without the prelude, and an uncaught exception's
+-- traceback without the prelude's frame. Only a walk up the stack from module level (the
+-- frame's f_back) meets it.
+local M = {}
+
+--- The signal a supervisor sends before it kills a run's processes: SIGRTMAX - 1 in the
+-- kernel's numbering (glibc and musl agree on SIGRTMAX, not on SIGRTMIN); csrc/launch/launch.h
+-- has the same number.
+M.FLUSH_SIGNAL = 63
+
+M.source = ([[
+def _corral_run():
+    import os, signal, sys
+    import atexit
+    argv, orig = sys.argv, sys.orig_argv
+    del argv[0]
+    path = argv[0]
+    i = orig.index('-c')
+    del orig[i:i + 2]
+
+    def flush(signum, frame):
+        for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                s.flush()
+            except BaseException:
+                pass
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum if signum == signal.SIGXCPU else signal.SIGKILL)
+
+    # an uncaught KeyboardInterrupt ends python3 by SIGINT after its exit handlers and flush
+    interrupted = []
+
+    def last():
+        if interrupted:
+            for s in (sys.stdout, sys.stderr):
+                try:
+                    s.flush()
+                except BaseException:
+                    pass
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+    atexit.register(last)
+    signal.signal(signal.SIGXCPU, flush)
+    signal.signal(FLUSH, flush)
+    main = type(sys)('__main__')
+    main.__annotations__ = {}
+    main.__builtins__ = sys.modules['builtins']
+    main.__cached__ = None
+    main.__file__ = path
+    main.__loader__ = sys.modules['_frozen_importlib_external'].SourceFileLoader('__main__', path)
+    sys.modules['__main__'] = main
+    mine = globals()
+    try:
+        with open(path, 'rb') as f:
+            code = compile(f.read(), path, 'exec', dont_inherit=True)
+        exec(code, main.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_globals is mine:
+            tb = tb.tb_next
+        e.__traceback__ = tb
+        sys.excepthook(type(e), e, tb)
+        if isinstance(e, KeyboardInterrupt):
+            interrupted.append(e)
+        raise SystemExit(1) from None
+_corral_run()
+]]):gsub("FLUSH", tostring(M.FLUSH_SIGNAL))
+
+return M
