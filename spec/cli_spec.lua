@@ -173,9 +173,9 @@ describe("corral CLI", function()
       local top
       assert.is_true(H.eventually(function()
         core.run("nowait")
-        for _, p in ipairs(H.pids_with("python3 -I -u ")) do
+        for _, p in ipairs(H.pids_with("python3 -I -c ")) do
           local args = H.sh("tr '\\0' ' ' < /proc/" .. p .. "/cmdline")
-          local dir = args:match("^/usr/bin/python3 %-I %-u (/[%w/]+/corral%-%w+)/code/main%.py")
+          local dir = args:match("^/usr/bin/python3 %-I %-c .* (/[%w/]+/corral%-%w+)/code/main%.py%s*$")
           if dir and of_cli(p) then top = dir end
         end
         return top ~= nil

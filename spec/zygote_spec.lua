@@ -571,7 +571,7 @@ time.sleep(0.2)
     local function find(a, v) for i, x in ipairs(a) do if x == v then return i end end end
     local cases = {
       { "--net", edit(function(a) table.remove(a, find(a, "--net")); table.remove(a, find(a, "new")) end) },
-      { "-S", edit(function(a) table.insert(a, find(a, "-u") + 1, "-S") end) },
+      { "-S", edit(function(a) table.insert(a, find(a, "-I") + 1, "-S") end) },
       { "LANG", edit(function(a) a[find(a, "LANG=C.UTF-8")] = "LANG=C" end) },
       { "PROGRAM", edit(function(a) a[find(a, "--") + 1] = "/usr/bin/python3.11" end) },
       { "--probe", { "--probe" } },
