@@ -280,6 +280,11 @@ if have_numpy and available.warm then
   if ok then WARM_HEAVY = "warm-numpy" end
 end
 local HEAVY = "import " .. HEAVY_MODULES .. "\nprint('ok')"
+-- a program that logs a lot: 100,000 lines (588,890 bytes) of print()
+local PRINTS = "for i in range(100000):\n    print(i)"
+local PRINTS_LAST = "99999\n"
+-- the print-heavy rows run every PRINT_EVERY rounds: unbuffered, one takes seconds
+local PRINT_EVERY = 10
 
 local function python_version()
   local f = io.popen(sh_quote(PY) .. " -V 2>&1")
@@ -555,6 +560,18 @@ local CLI_OK = '"stdout":"hello\\n"'
 -- { id, label, fn, group }: group "hello" (ratio to bare) or "heavy" (ratio to bare heavy)
 local cases = {}
 local function add(id, label, fn, group) cases[#cases + 1] = { id = id, label = label, fn = fn, group = group or "hello", t = {}, fails = 0 } end
+-- the print-heavy program through the library, its whole output kept
+local function prints_case(pol)
+  return function()
+    local r, err = corral.run_python(PRINTS, { policy = pol, max_output = 1000000 })
+    if not r then return false, err end
+    if not r.ok or r.truncated or r.stdout:sub(-#PRINTS_LAST) ~= PRINTS_LAST then
+      return false, "reason " .. tostring(r.reason) .. ", truncated " .. tostring(r.truncated)
+        .. ", stderr " .. fmt("%q", r.stderr:sub(1, 200))
+    end
+    return true
+  end
+end
 if opt.only.latency then
   add("bare", "bare python3 -I -c", proc_case({ PY, "-I", "-c", HELLO }, "hello\n"))
   add("floor", FLOOR_MODS and "floor: fork of a warmed python3 (no corral)"
@@ -584,6 +601,13 @@ if opt.only.latency then
   if WARM_HEAVY ~= "warm" then
     add("heavy_" .. WARM_HEAVY, "corral " .. WARM_HEAVY .. " (library)", lib_case(HEAVY, WARM_HEAVY, "ok\n"), "heavy")
   end
+  add("print_bare", "bare python3 -I", proc_case({ PY, "-I", "-c", PRINTS }, PRINTS_LAST), "print")
+  add("print_bare_u", "bare python3 -I -u", proc_case({ PY, "-I", "-u", "-c", PRINTS }, PRINTS_LAST), "print")
+  for _, pol in ipairs(POLICIES) do
+    if pol ~= "bwrap" then add("print_" .. pol, "corral " .. pol .. " (library)", prints_case(pol_of(pol)), "print") end
+  end
+  add("print_default_u", "corral default, python_args -I -u (library)",
+    prints_case(require("corral.policy").load("default"):extend { python_args = { "-I", "-u" } }), "print")
 end
 
 local function timed(c)
@@ -611,11 +635,13 @@ end
 if #cases > 0 or SERVE_STEPS > 0 then
   progress("latency: %d warm-up rounds, then %d rounds of %d cases%s", #cases > 0 and 3 or 0, rounds, #cases,
     SERVE_STEPS > 0 and fmt(" and %d steps of wrk -c1 1 s per server", SERVE_STEPS) or "")
-  for _ = 1, 3 do for _, c in ipairs(cases) do c.fn() end end
+  for i = 1, 3 do for _, c in ipairs(cases) do if c.group ~= "print" or i == 1 then c.fn() end end end
   for _, s in ipairs(servers) do assert(wrk_run(s, 1, 1)) end
   local t_start = hrtime()
   for r = 1, rounds do
-    for _, c in ipairs(cases) do timed(c) end
+    for _, c in ipairs(cases) do
+      if c.group ~= "print" or r % PRINT_EVERY == 0 then timed(c) end
+    end
     for _ = 1, serve_at[r] or 0 do
       for k = 1, #servers do
         -- alternate which server goes first
@@ -672,6 +698,12 @@ if #cases > 0 or #servers > 0 then
         end
         lat_row(c.id, c.label, stats[c.id], heavy_bare, c.fails, c.first_err, note)
       end
+    end
+    say("print-heavy (100,000 lines of print(), every %d rounds); ratio = median / bare print-heavy median",
+      PRINT_EVERY)
+    for _, c in ipairs(cases) do
+      if c.group == "print" then lat_row(c.id, c.label, stats[c.id], stats.print_bare and stats.print_bare.median,
+        c.fails, c.first_err) end
     end
   end
 end
