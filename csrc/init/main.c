@@ -163,7 +163,7 @@ int main(int argc, char **argv)
 	memset(&c, 0, sizeof c);
 	c.pid = c.shown = (pid_t)pid;
 	c.errfd = (int)pipefd;
-	init_watch(&c, &o);     /* as B */
+	init_watch(&c, &o, plan.flush_signal);     /* as B */
 	init_end((int)out, &o);
 
 setup_failed:

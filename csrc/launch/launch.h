@@ -322,7 +322,7 @@ void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace *
 #define FLUSH_MS 50
 void init_flush(struct prog *c);
 /* The init once C is started: C's pipe, the wait, the end in the report; C's outcome in o. */
-void init_watch(struct prog *c, struct outcome *o);
+void init_watch(struct prog *c, struct outcome *o, int flush);
 /* The init's end: the report flushed, the outcome written on outfd, exit 0. */
 NORETURN void init_end(int outfd, const struct outcome *o);
 

@@ -93,6 +93,10 @@ static const char help_text[] =
 	"  --unix-pairs-only     socket(AF_UNIX) and datagram socket pairs fail\n"
 	"                        with EPERM: no socket can address another\n"
 	"  --deny-pipe-growth    fcntl F_SETPIPE_SZ above 64 KiB fails with EPERM\n"
+	"  --flush-signal        before a stop (SIGTERM, SIGINT, SIGHUP) kills the\n"
+	"                        run, signal 63 to its processes (to the program\n"
+	"                        only without --pidns), and 50 ms for the program\n"
+	"                        to end: corral's prelude flushes its output on it\n"
 	"  --seccomp-cache DIR   keep the built filter in DIR (owned by us, mode\n"
 	"                        0700) and load it from there when the same filter\n"
 	"                        is asked again\n"
@@ -351,7 +355,7 @@ enum opt {
 	O_REPORT_FD, O_PARENT_PID, O_NET, O_USERNS, O_UID, O_GID, O_RLIMIT, O_ENV, O_CHDIR,
 	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_KILL_UID,
 	O_LANDLOCK, O_FS_RO, O_FS_RW, O_SECCOMP, O_DENY_SYSCALL, O_BUDGET_CPU, O_BUDGET_MEM,
-	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE, O_USER_MAX, O_DENY_PIPE_GROWTH,
+	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE, O_USER_MAX, O_DENY_PIPE_GROWTH, O_FLUSH_SIGNAL,
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_UNIX_PAIRS, O_CGROUP_REQUIRE,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD, O_RELAY,
 	O_PRESTART,
@@ -389,6 +393,7 @@ static const struct {
 	[O_SECCOMP_CACHE] = { "--seccomp-cache", 1, 0 },
 	[O_USER_MAX] = { "--user-max", 1, 1 },
 	[O_DENY_PIPE_GROWTH] = { "--deny-pipe-growth", 0, 0 },
+	[O_FLUSH_SIGNAL] = { "--flush-signal", 0, 0 },
 	[O_DENY_TCP] = { "--deny-tcp", 0, 0 },
 	[O_SCOPE] = { "--scope", 0, 0 },
 	[O_DENY_SOCKETS] = { "--deny-sockets", 0, 0 },
@@ -521,6 +526,9 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 		return parse_user_max(p, v, err, errlen);
 	case O_DENY_PIPE_GROWTH:
 		p->deny_pipe_growth = 1;
+		return 0;
+	case O_FLUSH_SIGNAL:
+		p->flush_signal = 1;
 		return 0;
 	case O_DENY_TCP:
 		p->deny_tcp = 1;

@@ -101,6 +101,7 @@ struct plan {
 				 * bind(): no socket of the run has a name */
 	int unix_pairs;             /* --unix-pairs-only: no unix socket but a connected pair */
 	int deny_pipe_growth;       /* --deny-pipe-growth: F_SETPIPE_SZ above 64 KiB: EPERM */
+	int flush_signal;           /* --flush-signal: FLUSH_SIGNAL before a stop's kill */
 	const char *seccomp_cache;  /* --seccomp-cache DIR: the built filter is kept there; NULL */
 	/* Whole-run budgets (budget.c), enforced by the supervisor; 0: none. */
 	unsigned long long budget_cpu_ms;       /* CPU time of every process of the run */

@@ -184,7 +184,7 @@ void init_kill_all(struct prog *c)
 		prog_read(c);   /* C is dead: does not block */
 }
 
-void init_watch(struct prog *c, struct outcome *o)
+void init_watch(struct prog *c, struct outcome *o, int flush)
 {
 	while (c->errfd >= 0)
 		prog_read(c);
@@ -192,7 +192,7 @@ void init_watch(struct prog *c, struct outcome *o)
 	 * that usage and total count it. */
 	int why = init_wait(c);
 
-	if (why == 2)
+	if (why == 2 && flush)
 		init_flush(c);
 	if (why || budget_active())
 		init_kill_all(c);

@@ -240,7 +240,7 @@ static NORETURN void init_main(struct launch *L, int outfd)
 		init_prepare(L);
 		if ((ahead || prestart_wait(L) == 0) && prog_start(L, &c) == 0) {
 			null_stdio();
-			init_watch(&c, &o);
+			init_watch(&c, &o, L->plan->flush_signal);
 		}
 	}
 	init_end(outfd, &o);
@@ -406,7 +406,7 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 		if (!c.reaped && !stop && budget_check())
 			stop = 1;       /* over a budget: end the run as on SIGTERM */
 	}
-	if (stop == 2 && !c.reaped)
+	if (stop == 2 && !c.reaped && p->flush_signal)
 		flush_program(L, &c);
 	/* C has ended, or the run is being ended: nothing else may survive it. */
 	sweep_tree(p, L->sigfd, c.pid, &c.reaped, &c.wstatus);

@@ -280,6 +280,14 @@ function Policy:prepare(opts, host)
   return o
 end
 
+--- Whether the program runs through the prelude: python_args without -u.
+function Policy:prelude()
+  for _, a in ipairs(self.python_args or { "-I" }) do
+    if a == "-u" then return false end
+  end
+  return true
+end
+
 --- The program the launcher runs: the interpreter on the code file.
 -- Without -u in python_args the interpreter runs the code through the prelude (corral.prelude:
 -- buffered stdout, flushed when the run is ended). With -u it runs the file itself; Python
@@ -288,12 +296,9 @@ end
 -- prelude always compiles from bytes).
 -- @param path the code file as the interpreter sees it (default: run.code_path)
 function Policy:python_argv(opts, run, path)
-  local argv, unbuffered = { opts.python_exe }, false
-  for _, a in ipairs(self.python_args or { "-I" }) do
-    argv[#argv + 1] = a
-    if a == "-u" then unbuffered = true end
-  end
-  if not unbuffered then
+  local argv = { opts.python_exe }
+  for _, a in ipairs(self.python_args or { "-I" }) do argv[#argv + 1] = a end
+  if self:prelude() then
     argv[#argv + 1] = "-c"
     argv[#argv + 1] = prelude.source
   elseif run.has_nul then
@@ -424,6 +429,8 @@ function Policy:launch_args(opts, run, host)
     if self.deny_tcp == "always" or (self.deny_tcp and own_netns) then add("--deny-tcp") end
     if self.scope ~= false then add("--scope") end
   end
+  -- the prelude flushes the program's output on the launcher's signal before a stop's kill
+  if self:prelude() then add("--flush-signal") end
   if self.seccomp and self.seccomp ~= "off" then
     add("--seccomp", self.seccomp)
     -- inline: the longest list of a run's arguments, on the path of every run
