@@ -757,3 +757,68 @@ print(time.monotonic())
     end)
   end
 end)
+
+-- A run ended by its timeout reports what it used. Ending a large tree (killing and reaping
+-- every process) can outlast the host's grace, after which the host kills the supervisor: the
+-- usage must not wait for the end of that teardown.
+describe("the usage of a run ended by its timeout", function()
+  local snap
+  before_each(function() snap = H.snapshot() end)
+  -- the result may come while the kernel still tears down the run's hundreds of killed processes
+  after_each(function()
+    assert(corral.close())
+    H.eventually(function() return #H.stray_processes() == 0 end, 15)
+    H.assert_clean(snap)
+  end)
+
+  local SLEEPERS = [[
+import os, time
+for i in range(200):
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+print("forked", flush=True)
+while True:
+    pass
+]]
+  local BOMB = [[
+import os
+print("bomb", flush=True)
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+]]
+  local cases = {
+    { "200 sleeping children and a busy parent", SLEEPERS, { processes = 300 } },
+    -- 200 processes that never sleep starve the supervisor, which shares their session (one
+    -- autogroup): its budget ticks and its answer to the stop come too late for the host's grace
+    { "a fork bomb under processes", BOMB, { processes = 200 }, pending = true },
+  }
+  for _, pol in ipairs({ "default", "warm", "bwrap" }) do
+    for _, c in ipairs(cases) do
+      it(pol .. ": " .. c[1], function()
+        if c.pending then pending("the supervisor is starved by the run") return end
+        if pol == "bwrap" and not require("corral.host").which("bwrap", "/usr/bin:/bin") then
+          pending("no bwrap") return
+        end
+        local o = { policy = pol, timeout = 2, cpu_seconds = 30 }
+        for k, v in pairs(c[3]) do o[k] = v end
+        local r = run(c[2], o)
+        assert.are.equal("timeout", r.reason, r.stdout .. r.stderr)
+        local u = r.usage
+        local what = string.format("cpu_user_s %s cpu_sys_s %s max_rss_kb %s cpu_total_s %s memory_peak_kb %s",
+          tostring(u.cpu_user_s), tostring(u.cpu_sys_s), tostring(u.max_rss_kb), tostring(u.cpu_total_s),
+          tostring(u.memory_peak_kb))
+        -- (how far the forking got in 2 s depends on the machine: only that CPU was used does not)
+        -- Under bwrap the program's usage before the teardown is bwrap's own process's: ~0
+        if pol ~= "bwrap" then assert.is_true(u.cpu_user_s + u.cpu_sys_s > 0, what) end
+        assert.is_true(u.max_rss_kb > 0, what)
+        assert.is_true(H.has(r.limits, "budget-cpu"), "limits lack budget-cpu")
+        assert.is_true(u.cpu_total_s ~= nil and u.cpu_total_s > 0, what)
+        assert.is_true(u.memory_peak_kb ~= nil and u.memory_peak_kb > 0, what)
+      end)
+    end
+  end
+end)

@@ -1004,6 +1004,26 @@ void budget_finish(int empty)
 	}
 }
 
+/* Before the run is torn down (which the host may cut short): a measure of everything alive
+ * now, for the total written ahead of the teardown. No exceeded line: the run is ending anyway. */
+void budget_measure_now(void)
+{
+	long long v;
+
+	if (bud.cg) {
+		v = cg_key(bud.cg_cpu, "usage_usec");
+		if (v >= 0 && (unsigned long long)v > bud.cpu_us)
+			bud.cpu_us = (unsigned long long)v;
+		v = cg_value(bud.cg_peak);
+		if (v >= 0 && (unsigned long long)v / 1024 > bud.peak_kb)
+			bud.peak_kb = (unsigned long long)v / 1024;
+		bud.live_us = 0;        /* usage_usec counts the live processes too */
+	} else if (bud.on) {
+		measure_walk(1);        /* the CPU; the memory peak is the ticks' (charging the
+					 * memory may take a PSS read of every process) */
+	}
+}
+
 void budget_report_total(const struct rusage *ru)
 {
 	struct line l;

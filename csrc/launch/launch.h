@@ -312,6 +312,8 @@ void prog_read(struct prog *c);
 /* C is gone (or was killed): the fatal line, or status, usage and total; the outcome to mirror. */
 void prog_finish(struct prog *c, struct outcome *out);
 int reap_one(struct prog *c);           /* 1 reaped a child, 0 none ready, -1 no child left */
+/* The run is being ended before C was reaped: usage and total so far, flushed (see reap.c). */
+void prog_report_so_far(const struct prog *c);
 /* The init of C's PID namespace: reaps every process until C; 1 when asked to end the run (a
  * stop signal from outside the namespace, or over a budget), 0 when C has ended. */
 int init_wait(struct prog *c);
@@ -371,6 +373,7 @@ int budget_check(void);         /* when the tick is due, measure: 1 when over a 
 void budget_finish(int empty);  /* the run is over, before status: final measure (no walk of
 				 * /proc when empty: the caller reaped every process of the run),
 				 * the run cgroup emptied and removed */
+void budget_measure_now(void);  /* the run is about to be torn down: measure it as it is */
 void budget_report_total(const struct rusage *ru);     /* "total", after usage */
 void budget_observe_exit(pid_t pid);    /* before reaping: C exited? then a last walk */
 void budget_report_observed(int wstatus);       /* the "observed" lines, after total */

@@ -7,7 +7,10 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
@@ -71,6 +74,90 @@ void prog_finish(struct prog *c, struct outcome *out)
 		out->kind = OUTCOME_EXIT;
 		out->value = WEXITSTATUS(st);
 	}
+}
+
+/* The start of /proc/PID/NAME in buf, NUL-terminated: 0, or -1 when it cannot be read. */
+static int read_proc_file(pid_t pid, const char *name, char *buf, size_t len)
+{
+	char path[48];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	do
+		n = read(fd, buf, len - 1);
+	while (n < 0 && errno == EINTR);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	return 0;
+}
+
+/* Adds to ru what C would add to getrusage(RUSAGE_CHILDREN) once reaped: its CPU times with
+ * those of the children it reaped (fields 14-17 of /proc/PID/stat, in clock ticks) and its peak
+ * resident set (VmHWM of /proc/PID/status). Nothing when it cannot be read. */
+static void add_prog_usage(pid_t pid, struct rusage *ru)
+{
+	char buf[4096];
+	unsigned long long f[18] = { 0 }, user_us, sys_us;
+	long tck = sysconf(_SC_CLK_TCK);
+	const char *p;
+	int field = 3;
+
+	if (pid <= 0 || tck <= 0 || read_proc_file(pid, "stat", buf, sizeof buf) != 0)
+		return;
+	p = strrchr(buf, ')');          /* comm may hold spaces and parens */
+	if (!p || p[1] != ' ' || !p[2])
+		return;
+	for (p += 3; *p && field < 17;) {
+		unsigned long long v = 0;
+
+		while (*p == ' ')
+			p++;
+		field++;
+		for (; *p >= '0' && *p <= '9'; p++)
+			v = v * 10 + (unsigned long long)(*p - '0');
+		while (*p && *p != ' ')
+			p++;
+		f[field] = v;
+	}
+	if (field < 17)
+		return;
+	user_us = (f[14] + f[16]) * 1000000ULL / (unsigned long long)tck;
+	sys_us = (f[15] + f[17]) * 1000000ULL / (unsigned long long)tck;
+	ru->ru_utime.tv_sec += (time_t)(user_us / 1000000ULL);
+	ru->ru_utime.tv_usec += (suseconds_t)(user_us % 1000000ULL);
+	ru->ru_stime.tv_sec += (time_t)(sys_us / 1000000ULL);
+	ru->ru_stime.tv_usec += (suseconds_t)(sys_us % 1000000ULL);
+	if (read_proc_file(pid, "status", buf, sizeof buf) == 0 &&
+	    (p = strstr(buf, "\nVmHWM:")) != NULL) {
+		long kb = strtol(p + 7, NULL, 10);
+
+		if (kb > ru->ru_maxrss)
+			ru->ru_maxrss = kb;
+	}
+}
+
+/* The run is being ended and C is not reaped. Its teardown (every process killed and reaped)
+ * takes a while for a large tree, and the host kills the supervisor once its grace is over:
+ * "usage" and "total" as they stand go out first, lower bounds that the lines written after the
+ * teardown replace. */
+void prog_report_so_far(const struct prog *c)
+{
+	struct rusage ru, with_c;
+
+	if (c->reaped || c->have_fatal || getrusage(RUSAGE_CHILDREN, &ru) != 0)
+		return;
+	with_c = ru;
+	add_prog_usage(c->shown, &with_c);
+	report_usage(&with_c);
+	budget_measure_now();
+	budget_report_total(&ru);       /* the measure counts C among the processes alive */
+	report_flush();
 }
 
 /* One waitpid(-1, WNOHANG): 1 reaped a child, 0 none ready, -1 no child left. */
@@ -186,16 +273,23 @@ void init_kill_all(struct prog *c)
 
 void init_watch(struct prog *c, struct outcome *o, int flush)
 {
+	int why;
+
 	while (c->errfd >= 0)
 		prog_read(c);
-	/* With a budget, the rest of the namespace is killed and reaped before the report, so
-	 * that usage and total count it. */
-	int why = init_wait(c);
-
-	if (why == 2 && flush)
-		init_flush(c);
-	if (why || budget_active())
+	/* Stopped or over budget: what the run used so far is reported first (the host may kill us
+	 * during the teardown), the program may flush its output (a stop), then the namespace is
+	 * killed and reaped. With a budget the rest of the namespace is killed and reaped before the
+	 * report, so that usage and total count it. */
+	why = init_wait(c);
+	if (why) {
+		prog_report_so_far(c);
+		if (why == 2 && flush)
+			init_flush(c);
 		init_kill_all(c);
+	} else if (budget_active()) {
+		init_kill_all(c);
+	}
 	prog_finish(c, o);
 }
 

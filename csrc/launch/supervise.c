@@ -406,6 +406,10 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 		if (!c.reaped && !stop && budget_check())
 			stop = 1;       /* over a budget: end the run as on SIGTERM */
 	}
+	/* The run is being ended: what it used so far first (the host may kill us during the
+	 * sweep), then the program may flush its output (a stop). */
+	if (stop)
+		prog_report_so_far(&c);
 	if (stop == 2 && !c.reaped && p->flush_signal)
 		flush_program(L, &c);
 	/* C has ended, or the run is being ended: nothing else may survive it. */
