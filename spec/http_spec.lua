@@ -448,6 +448,20 @@ show(rd.response())
       { "an upgrade", "GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 400, "upgrades" },
       { "CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n", 400, "CONNECT" },
       { "HTTP/2.0", "GET / HTTP/2.0\r\n\r\n", 505, "HTTP/2.0" },
+      -- framing errors, each with a request behind it that must not be answered
+      { "chunk data not followed by CRLF", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        .. "5\r\nhelloXY0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n", 400, "HPE_STRICT: chunk data" },
+      { "a chunk size line ending in a bare CR", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        .. "5\rXhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n", 400, "HPE_LF_EXPECTED" },
+      { "a bad chunk size", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        .. "zz\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n", 400, "HPE_INVALID_CHUNK_SIZE" },
+      { "a chunked body ending in a bare CR", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        .. "5\r\nhello\r\n0\r\n\rXGET /smuggled HTTP/1.1\r\n\r\n", 400, "HPE_LF_EXPECTED" },
+      { "Content-Length with Transfer-Encoding", "POST / HTTP/1.1\r\nContent-Length: 3\r\n"
+        .. "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n", 400, "HPE_" },
+      { "a head ending in a bare CR", "GET / HTTP/1.1\r\nHost: x\r\n\rGET /smuggled HTTP/1.1\r\n\r\n", 400,
+        "HPE_LF_EXPECTED" },
+      { "a bad request line", "GET / HTTP/1.1 x\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n", 400, "HPE_" },
     }
     for _, case in ipairs(bad) do
       it("refuses " .. case[1] .. " with " .. case[3], function()
@@ -464,6 +478,24 @@ show(rd.response())
         close(srv)
       end)
     end
+  end)
+
+  describe("chunked framing", function()
+    it("accepts chunk extensions and trailers, then the next request", function()
+      local got
+      local srv = serve { on_request = function(req, res) got = got or req.body res:send(200, nil, req.method .. " " .. req.path) end }
+      local r = raw(srv:address(), [[
+s = conn(); rd = Reader(s)
+s.sendall(b"POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5 ; x=y\r\nhello\r\nA\r\n0123456789\r\n"
+          b"0\r\nX-Trailer: 1\r\n\r\nGET /b HTTP/1.1\r\n\r\n")
+show(rd.response()); show(rd.response())
+]])
+      local l = lines(r.stdout)
+      assert.are.equal("200 keep-alive POST /a", l[1])
+      assert.are.equal("200 keep-alive GET /b", l[2])
+      assert.are.equal("hello0123456789", got)
+      close(srv)
+    end)
   end)
 
   describe("pipelining", function()

@@ -50,6 +50,11 @@
 #define MAX_HEADER_LIMIT (80 * 1024)   /* http-parser's compiled-in HTTP_MAX_HEADER_SIZE */
 
 enum { C_IDLE, C_HEAD, C_BODY, C_HANDLER, C_WRITING, C_LINGER };
+/* framing checks the parser skips without HTTP_PARSER_STRICT (frame_scan) */
+enum {
+  FR_HEAD, FR_HEAD_CR, FR_HEAD_END, FR_PLAIN, FR_SIZE, FR_EXT, FR_SIZE_LF, FR_DATA, FR_DATA_CR, FR_DATA_LF,
+  FR_TRAILER_START, FR_TRAILER, FR_TRAILER_LF, FR_END_LF, FR_DONE
+};
 enum { EV_NONE, EV_HEADERS, EV_MESSAGE };
 enum { CB_NONE, CB_FIELD, CB_VALUE };
 
@@ -104,6 +109,9 @@ struct conn {
   char *body;
   size_t body_len, body_alloc;
   int fail_status; /* set by a parser callback that refused the request (413) */
+  int frame;        /* F_*: where frame_scan is in the message */
+  int frame_chunked;
+  uint64_t frame_left; /* chunk size being read, then its bytes still to come */
   /* output */
   char *wbuf;
   uv_write_t wreq, creq;
@@ -683,6 +691,92 @@ static void conn_bad_request(conn *c, lua_State *L, enum http_errno err) {
                     http_errno_description(err));
 }
 
+/* What Debian's http-parser, built without HTTP_PARSER_STRICT, accepts in the framing: a bare CR
+ * in the head (taken as a line end), any byte after a chunk size's CR, any two bytes where CRLF
+ * ends chunk data, a trailer line or the chunked body. A request smuggled behind such a body
+ * would be read as the next one. The parser has consumed p[0..n) of this message; check those
+ * bytes in order. Returns NULL or what is wrong (an error name, then a description). */
+static const char *frame_scan(conn *c, const char *p, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)p[i];
+    switch (c->frame) {
+      case FR_HEAD:
+        if (ch == '\r') c->frame = FR_HEAD_CR;
+        break;
+      case FR_HEAD_CR:
+        if (ch != '\n') return "HPE_LF_EXPECTED: a CR in the request head is not followed by LF";
+        c->frame = FR_HEAD;
+        break;
+      case FR_HEAD_END: /* the head's last byte, which the parser paused on */
+        if (ch != '\n') return "HPE_LF_EXPECTED: the request head does not end with CRLF CRLF";
+        c->frame = c->frame_chunked ? FR_SIZE : FR_PLAIN;
+        c->frame_left = 0;
+        break;
+      case FR_PLAIN: /* Content-Length: the parser counts */
+        return NULL;
+      case FR_SIZE:
+        if (ch >= '0' && ch <= '9') {
+          c->frame_left = c->frame_left * 16 + (ch - '0');
+        } else if ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f') {
+          c->frame_left = c->frame_left * 16 + ((ch | 0x20) - 'a' + 10);
+        } else if (ch == ';' || ch == ' ' || ch == '\t') {
+          c->frame = FR_EXT;
+        } else if (ch == '\r') {
+          c->frame = FR_SIZE_LF;
+        } else {
+          return "HPE_INVALID_CHUNK_SIZE: invalid character in chunk size header";
+        }
+        if (c->frame_left >> 60) return "HPE_INVALID_CHUNK_SIZE: the chunk size is too large";
+        break;
+      case FR_EXT:
+        if (ch == '\r') c->frame = FR_SIZE_LF;
+        else if (ch == '\n') return "HPE_LF_EXPECTED: a chunk size line does not end with CRLF";
+        break;
+      case FR_SIZE_LF:
+        if (ch != '\n') return "HPE_LF_EXPECTED: a chunk size line does not end with CRLF";
+        c->frame = c->frame_left > 0 ? FR_DATA : FR_TRAILER_START;
+        break;
+      case FR_DATA: {
+        size_t take = n - i;
+        if ((uint64_t)take > c->frame_left) take = (size_t)c->frame_left;
+        c->frame_left -= take;
+        i += take - 1;
+        if (c->frame_left == 0) c->frame = FR_DATA_CR;
+        break;
+      }
+      case FR_DATA_CR:
+        if (ch != '\r') return "HPE_STRICT: chunk data is not followed by CRLF";
+        c->frame = FR_DATA_LF;
+        break;
+      case FR_DATA_LF:
+        if (ch != '\n') return "HPE_STRICT: chunk data is not followed by CRLF";
+        c->frame = FR_SIZE;
+        c->frame_left = 0;
+        break;
+      case FR_TRAILER_START:
+        c->frame = ch == '\r' ? FR_END_LF : FR_TRAILER;
+        if (ch == '\n') return "HPE_LF_EXPECTED: the chunked body does not end with CRLF";
+        break;
+      case FR_TRAILER:
+        if (ch == '\r') c->frame = FR_TRAILER_LF;
+        else if (ch == '\n') return "HPE_LF_EXPECTED: a trailer line does not end with CRLF";
+        break;
+      case FR_TRAILER_LF:
+        if (ch != '\n') return "HPE_LF_EXPECTED: a trailer line does not end with CRLF";
+        c->frame = FR_TRAILER_START;
+        break;
+      case FR_END_LF:
+        if (ch != '\n') return "HPE_LF_EXPECTED: the chunked body does not end with CRLF";
+        c->frame = FR_DONE;
+        break;
+      default: /* FR_DONE: the parser pauses at the end of the message */
+        return "HPE_STRICT: bytes after the end of the chunked body";
+    }
+  }
+  return NULL;
+}
+
 /* Feed the buffered input to the parser, one request at a time. */
 static void conn_process(conn *c, lua_State *L) {
   http_server *s = c->s;
@@ -690,18 +784,28 @@ static void conn_process(conn *c, lua_State *L) {
     int in_head = c->state == C_IDLE || c->state == C_HEAD;
     size_t feed = c->rlen - c->roff, n;
     enum http_errno err;
+    const char *bad;
     if (in_head && feed > s->max_header + 1 - c->head_bytes)
       feed = s->max_header + 1 - c->head_bytes; /* never more head than the limit allows */
     c->ev = EV_NONE;
     n = http_parser_execute(&c->parser, &parser_settings, c->rbuf + c->roff, feed);
+    bad = frame_scan(c, c->rbuf + c->roff, n);
     c->roff += n;
     if (in_head) c->head_bytes += n;
     err = HTTP_PARSER_ERRNO(&c->parser);
+    if (bad != NULL && (err == HPE_OK || err == HPE_PAUSED)) {
+      conn_send_error(c, L, 400, "bad_request", 0, "%s", bad);
+      break;
+    }
     if (err == HPE_PAUSED) {
       http_parser_pause(&c->parser, 0);
       if (c->ev == EV_HEADERS) {
+        /* paused before the head's last byte: frame_scan sees it with the body */
+        c->frame = FR_HEAD_END;
+        c->frame_chunked = (c->parser.flags & F_CHUNKED) != 0;
         if (!conn_head(c, L)) break;
       } else if (c->ev == EV_MESSAGE) {
+        c->frame = FR_HEAD; /* the next request */
         conn_dispatch(c, L);
       }
     } else if (err != HPE_OK) {
