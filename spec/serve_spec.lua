@@ -220,6 +220,8 @@ describe("corral serve", function()
       { "", "bad_json" },
       { '{"code": "print(1)"', "bad_json" },
       { '{"code": "\255"}', "bad_json" },                      -- not UTF-8
+      { '{"code": "a\1b"}', "bad_json" },                      -- a raw control character in a string
+      { '{"code": "print(1)\n"}', "bad_json" },                -- a raw newline in a string
       { '[{"code": "print(1)"}]', "bad_request" },
       { '"print(1)"', "bad_request" },
       { "{}", "missing_field", "code" },
@@ -249,8 +251,12 @@ describe("corral serve", function()
         assert.is_truthy(r.error.message:find(c[3], 1, true), body)
       end
     end
+    -- the error about a raw control character names the body and where it is
+    local status, _, body, r = http(s, "POST", "/v1/run", '{"code": "a\1b"}')
+    assert.are.equal(400, status, body)
+    assert.matches("^the body is not valid JSON: a raw control character %(U%+0001%) inside a string at byte 12", r.error.message)
     -- eval has seed 003's names
-    local status, _, body, r = http(s, "POST", "/v1/eval", '{"code": "1", "mem_max_mb": "a"}')
+    status, _, body, r = http(s, "POST", "/v1/eval", '{"code": "1", "mem_max_mb": "a"}')
     assert.are.equal(400, status, body)
     assert.are.same({ "invalid_field", "mem_max_mb" }, { r.error.code, r.error.field })
     status, _, body, r = http(s, "POST", "/v1/eval", '{"code": "1", "memory_mb": 100}')
@@ -271,9 +277,9 @@ describe("corral serve", function()
     -- nothing of it ran; all of it was counted
     local _, _, text = http(s, "GET", "/metrics")
     assert.are.equal(0, metric(text, "corral_run_duration_seconds_count"))
-    assert.are.equal(4, metric(text, 'corral_rejected_total{code="bad_json"}'))
+    assert.are.equal(7, metric(text, 'corral_rejected_total{code="bad_json"}'))
     assert.are.equal(8, metric(text, 'corral_rejected_total{code="invalid_field"}'), text)
-    assert.are.equal(20, metric(text, 'corral_http_requests_total{route="/v1/run",status="400"}'), text)
+    assert.are.equal(23, metric(text, 'corral_http_requests_total{route="/v1/run",status="400"}'), text)
     assert.are.equal(1, metric(text, 'corral_http_requests_total{route="other",status="404"}'), text)
   end)
 

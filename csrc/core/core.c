@@ -418,6 +418,7 @@ static const luaL_Reg funcs[] = {
     {"realpath", corral_realpath},
     {"listdir", corral_listdir},
     {"utf8_repair", corral_utf8_repair},
+    {"json_raw_control", corral_json_raw_control},
     {"lock", corral_lock},
     {"fds", l_fds},
     {"getpid", l_getpid},

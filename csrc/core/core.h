@@ -4,7 +4,7 @@
  * core.c     luaopen_corral_core, the loop userdata, core.run, errors, option tables, small calls
  * process.c  core.spawn: pipes with capped reads, timers, the kill sequence, the result
  * fs.c       mkdtemp, rmtree, write_file, chown, chmod, exists
- * utf8.c     utf8_repair (a pure function plus its binding)
+ * utf8.c     utf8_repair, json_raw_control (pure functions plus their bindings)
  * lock.c     core.lock
  * http.c     core.http_listen: an HTTP/1.1 server (http-parser) and its corral.http_res
  * watch.c    core.signal, core.timer: small handles that call a Lua function
@@ -150,6 +150,8 @@ int corral_listdir(lua_State *L);
  * valid UTF-8 (then the output equals the input). */
 size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out, int *valid);
 int corral_utf8_repair(lua_State *L);
+long json_raw_control(const unsigned char *s, size_t n);
+int corral_json_raw_control(lua_State *L);
 
 /* ---- lock.c ---- */
 int corral_lock(lua_State *L);

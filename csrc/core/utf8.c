@@ -1,5 +1,5 @@
 /*
- * corral.core: utf8_repair.
+ * corral.core: utf8_repair, and json_raw_control (a check of JSON text lua-cjson does not make).
  *
  * utf8_repair() is a pure function (no Lua, no allocation) so that a fuzz harness can build this
  * file alone: cc -DCORRAL_UTF8_NO_LUA -c utf8.c. It gives the same bytes as Python's
@@ -14,6 +14,7 @@
 
 #ifdef CORRAL_UTF8_NO_LUA
 size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out, int *valid);
+long json_raw_control(const unsigned char *s, size_t n);
 #else
 #include "core.h"
 #endif
@@ -91,6 +92,40 @@ int corral_utf8_repair(lua_State *L) {
   utf8_repair(s, n, (unsigned char *)luaL_buffinitsize(L, &b, m), NULL);
   luaL_pushresultsize(&b, m);
   lua_pushboolean(L, 0);
+  return 2;
+}
+#endif
+
+/* The first raw control character (U+0000..U+001F) inside a JSON string of s[0..n), which RFC
+ * 8259 forbids and lua-cjson accepts: its offset, or -1. Strings are followed through their
+ * escapes; outside them such a byte is a syntax error the decoder reports itself. */
+long json_raw_control(const unsigned char *s, size_t n) {
+  size_t i;
+  int in_string = 0;
+  for (i = 0; i < n; i++) {
+    unsigned char ch = s[i];
+    if (!in_string) {
+      if (ch == '"') in_string = 1;
+    } else if (ch == '\\') {
+      i++; /* the escaped byte: a quote or a backslash does not end or start anything */
+    } else if (ch == '"') {
+      in_string = 0;
+    } else if (ch < 0x20) {
+      return (long)i;
+    }
+  }
+  return -1;
+}
+
+#ifndef CORRAL_UTF8_NO_LUA
+/* core.json_raw_control(s) -> offset (1-based), byte | nil */
+int corral_json_raw_control(lua_State *L) {
+  size_t n;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  long at = json_raw_control(s, n);
+  if (at < 0) return 0;
+  lua_pushinteger(L, (lua_Integer)at + 1);
+  lua_pushinteger(L, s[at]);
   return 2;
 }
 #endif

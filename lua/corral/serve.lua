@@ -190,6 +190,12 @@ local function decode_object(body)
   end
   local _, valid = core.utf8_repair(body)
   if not valid then return nil, reject(400, "bad_json", "the body is not valid UTF-8") end
+  -- RFC 8259 forbids them in strings; lua-cjson would take them
+  local at, byte = core.json_raw_control(body)
+  if at then
+    return nil, reject(400, "bad_json", string.format("the body is not valid JSON: a raw control "
+      .. "character (U+%04X) inside a string at byte %d: escape it as \\u%04x", byte, at, byte))
+  end
   local ok, obj = pcall(cjson.decode, body)
   if not ok then
     return nil, reject(400, "bad_json", "the body is not valid JSON: " .. tostring(obj):gsub("^.-:%d+: ", ""))
