@@ -578,7 +578,8 @@ describe("corral serve", function()
       local cases = {
         { { listen = "0.0.0.0:8080" }, "token" },
         { { listen = "127.0.0.1:8080" }, "token" },
-        { { listen = "localhost:8080" }, "listen" },
+        { { listen = "localhost:8080" }, "token" },
+        { { listen = "local host:8080" }, "listen" },
         { { listen = "unix:" .. dir .. "/x.sock", bogus = 1 }, "bogus" },
         { { listen = "unix:" .. dir .. "/x.sock", concurrency = 0 }, "concurrency" },
         { { listen = "unix:" .. dir .. "/x.sock", policy = "no-such-policy" }, "no-such-policy" },
@@ -594,11 +595,19 @@ describe("corral serve", function()
 
     it("parses listen addresses and picks a default", function()
       assert.are.same({ unix = "/run/x.sock" }, serve.parse_listen("unix:/run/x.sock"))
-      assert.are.same({ host = "127.0.0.1", port = 80, loopback = true }, serve.parse_listen("127.0.0.1:80"))
-      assert.are.same({ host = "::1", port = 9, loopback = true }, serve.parse_listen("[::1]:9"))
+      assert.are.same({ host = "127.0.0.1", port = 80, loopback = true, bind = "127.0.0.1:80" },
+        serve.parse_listen("127.0.0.1:80"))
+      assert.are.same({ host = "::1", port = 9, loopback = true, bind = "[::1]:9" }, serve.parse_listen("[::1]:9"))
+      -- a host name is resolved: its first address is bound
+      local l = assert(serve.parse_listen("localhost:8080"))
+      assert.are.equal("localhost", l.name)
+      assert.is_true(l.loopback, l.host)
+      assert.are.equal(8080, l.port)
       assert.is_false(serve.parse_listen("0.0.0.0:80").loopback)
       assert.is_nil(serve.parse_listen("127.0.0.1:99999"))
       assert.is_nil(serve.parse_listen("unix:"))
+      assert.is_nil(serve.parse_listen("local host:80"))
+      assert.is_nil(serve.parse_listen("localhost"))
       assert.is_truthy(serve.default_listen():match("^unix:/.*%.sock$"))
     end)
 
@@ -652,6 +661,26 @@ describe("corral serve", function()
       status = http(base, "GET", "/healthz")
       assert.are.equal(200, status)
       stop_server(s)
+    end)
+
+    it("listens on a host name (localhost) at the address it resolves to", function()
+      write(dir .. "/token", "s3cret-token\n")
+      local port = free_port()
+      local s = start_server("--listen localhost:" .. port .. " --token-file " .. q(dir .. "/token"))
+      local log = read(s.log) or ""
+      local addr = log:match("listening address=(%S+)")
+      assert.is_truthy(addr, log)
+      assert.is_truthy(addr == "127.0.0.1:" .. port or addr == "[::1]:" .. port, addr)
+      local status, _, body = http("http://" .. addr, "GET", "/healthz")
+      assert.are.equal(200, status, body)
+      stop_server(s)
+      assert.are.equal(0, exit_status(s))
+    end)
+
+    it("names the host it cannot resolve", function()
+      local out, status = H.sh("env CORRAL_TOKEN=t timeout 30 " .. H.cli .. " serve --listen no-such-host.invalid:80 </dev/null")
+      assert.are.equal(2, status, out)
+      assert.is_truthy(out:find("--listen 'no-such-host.invalid:80': cannot resolve 'no-such-host.invalid'", 1, true), out)
     end)
   end)
 end)

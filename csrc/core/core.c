@@ -401,6 +401,7 @@ static const luaL_Reg funcs[] = {
     {"spawn", corral_spawn},
     {"zygote", corral_zygote_start},
     {"http_listen", corral_http_listen},
+    {"resolve", corral_resolve},
     {"signal", corral_signal},
     {"timer", corral_timer},
     {"run", l_run},

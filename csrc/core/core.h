@@ -117,6 +117,7 @@ void corral_zygote_shutdown(corral_loop *cl);
 
 /* ---- http.c ---- */
 int corral_http_listen(lua_State *L);
+int corral_resolve(lua_State *L);             /* core.resolve(host) */
 void corral_http_open(lua_State *L);          /* registers corral.http_server, corral.http_res */
 /* Loop teardown: close every listener and connection without calling Lua (unix socket paths
  * are unlinked); the caller runs the loop to let the close callbacks free them. */

@@ -39,6 +39,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -1452,6 +1453,48 @@ static int server_bind(lua_State *L, http_server *s, const char *listen,
     }
   }
   return 0;
+}
+
+/* core.resolve(host) -> {address, ...} | nil, err, code: the numeric IPv4 and IPv6 addresses
+ * of a host name (or of a numeric address), in getaddrinfo's order of preference, each once.
+ * Synchronous (no callback: libuv resolves in this thread), for a listener's address at start.
+ * No AI_ADDRCONFIG: glibc ignores loopback when it applies it, so in a network namespace with
+ * only lo "localhost" would resolve to nothing. */
+int corral_resolve(lua_State *L) {
+  corral_loop *cl = corral_loop_up(L);
+  size_t len;
+  const char *host = luaL_checklstring(L, 1, &len);
+  struct addrinfo hints, *ai;
+  uv_getaddrinfo_t req;
+  char ip[INET6_ADDRSTRLEN];
+  int rc, n = 0;
+
+  if (strlen(host) != len) luaL_argerror(L, 1, "host name contains a NUL byte");
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  rc = uv_getaddrinfo(&cl->loop, &req, NULL, host, NULL, &hints);
+  if (rc != 0) return corral_fail_uv(L, rc, "cannot resolve '%s'", host);
+  lua_newtable(L); /* the result */
+  lua_newtable(L); /* addresses seen */
+  for (ai = req.addrinfo; ai != NULL; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET6)
+      uv_ip6_name((struct sockaddr_in6 *)ai->ai_addr, ip, sizeof ip);
+    else if (ai->ai_family == AF_INET)
+      uv_ip4_name((struct sockaddr_in *)ai->ai_addr, ip, sizeof ip);
+    else
+      continue;
+    if (lua_getfield(L, -1, ip) == LUA_TNIL) {
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -3, ip);
+      lua_pushstring(L, ip);
+      lua_rawseti(L, -4, ++n);
+    }
+    lua_pop(L, 1);
+  }
+  uv_freeaddrinfo(req.addrinfo);
+  lua_pop(L, 1);
+  return 1;
 }
 
 /* core.http_listen(opts) -> server | nil, err, code */

@@ -94,8 +94,11 @@ function M.default_listen()
   return "unix:/tmp/corral-" .. core.getuid() .. ".sock"
 end
 
---- Parse a listen address.
--- @return `{unix = path}` or `{host = h, port = n, loopback = bool}`; or nil and a message
+--- Parse a listen address: `unix:/path.sock`, `IPV4:PORT`, `[IPV6]:PORT` or `NAME:PORT`. A host
+-- name is resolved now (getaddrinfo: /etc/hosts, then DNS) and the server binds its first
+-- address; `bind` is that address as `core.http_listen` takes it.
+-- @return `{unix = path}` or `{host = address, port = n, loopback = bool, bind = "ADDR:PORT",
+-- name = host name or nil}`; or nil and a message
 function M.parse_listen(s)
   if type(s) ~= "string" or s == "" then return nil, "the listen address must be a non-empty string" end
   if s:sub(1, 5) == "unix:" then
@@ -105,12 +108,24 @@ function M.parse_listen(s)
   end
   local host, port = s:match("^%[([%x:%.]+)%]:(%d+)$")
   if not host then host, port = s:match("^(%d+%.%d+%.%d+%.%d+):(%d+)$") end
+  local name
+  if not host then
+    name, port = s:match("^(%w[%w%.%-]*):(%d+)$")
+  end
   port = tonumber(port)
-  if not host or not port or port > 65535 then
-    return nil, "'" .. s .. "' is neither unix:/path.sock nor IPV4:PORT or [IPV6]:PORT (127.0.0.1:8080, [::1]:8080)"
+  if not (host or name) or not port or port > 65535 then
+    return nil, "'" .. s .. "' is neither unix:/path.sock nor HOST:PORT (localhost:8080, 127.0.0.1:8080, [::1]:8080)"
+  end
+  if name then
+    local addrs, err = core.resolve(name)
+    if not addrs or not addrs[1] then
+      return nil, "'" .. s .. "': " .. (addrs and ("'" .. name .. "' has no address") or tostring(err):gsub("^[%u_]+: ", ""))
+    end
+    host = addrs[1]
   end
   local loopback = host:match("^127%.%d+%.%d+%.%d+$") ~= nil or host == "::1"
-  return { host = host, port = port, loopback = loopback }
+  return { host = host, port = port, loopback = loopback, name = name,
+           bind = (host:find(":", 1, true) and ("[" .. host .. "]") or host) .. ":" .. port }
 end
 
 local function config_error(key, msg)
@@ -340,7 +355,7 @@ function M.start(config)
   if not host then return nil, herr, hcode end
 
   local srv, err, code = core.http_listen {
-    listen = c.listen, unix_mode = c.unix_mode, backlog = c.backlog,
+    listen = c.where.bind or c.listen, unix_mode = c.unix_mode, backlog = c.backlog,
     max_header_bytes = c.max_header_bytes, max_body_bytes = c.max_body_bytes,
     header_timeout = c.header_timeout, body_timeout = c.body_timeout, idle_timeout = c.idle_timeout,
     max_connections = c.max_connections,
