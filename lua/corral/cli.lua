@@ -270,7 +270,7 @@ local function cmd_probe(args)
   if opts.json then
     local cjson = json_lib()
     if not cjson then say(io.stderr, "corral probe: --json needs lua-cjson\n") return EXIT_SANDBOX end
-    say(io.stdout, cjson.encode(p) .. "\n")
+    say(io.stdout, require("corral.result").unslash(cjson.encode(p)) .. "\n")
     return 0
   end
   local lines = {
@@ -323,7 +323,7 @@ local function cmd_policies(args)
   if opts.json then
     local cjson = json_lib()
     if not cjson then say(io.stderr, "corral policies: --json needs lua-cjson\n") return EXIT_SANDBOX end
-    say(io.stdout, cjson.encode(list) .. "\n")
+    say(io.stdout, require("corral.result").unslash(cjson.encode(list)) .. "\n")
     return 0
   end
   for _, p in ipairs(list) do

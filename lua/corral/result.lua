@@ -40,8 +40,19 @@ function M.object(res, err, code, null)
   }
 end
 
+--- JSON text with lua-cjson's `\/` escapes written as plain `/`, as every face of corral writes
+-- it (this lua-cjson has no `encode_escape_forward_slash`). An odd run of backslashes before
+-- "/" ends in that escape; an even one is escaped backslashes, left alone.
+-- @return the text
+function M.unslash(text)
+  return (text:gsub("(\\+)/", function(bs)
+    if #bs % 2 == 1 then return bs:sub(2) .. "/" end
+  end))
+end
+
 --- Encode `obj` with lua-cjson, writing the arrays named in `arrays` (default: `limits` and
 -- `clamped`) as `[]` when empty: lua-cjson cannot tell an empty array from an empty object.
+-- A "/" is written as is (`M.unslash`).
 -- @return the JSON text
 function M.encode(obj, cjson, arrays)
   local empty = {}
@@ -58,7 +69,7 @@ function M.encode(obj, cjson, arrays)
     -- escaped, so '"limits":null' cannot occur inside one
     text = text:gsub('"' .. k .. '":null', '"' .. k .. '":[]', 1)
   end
-  return text
+  return M.unslash(text)
 end
 
 return M

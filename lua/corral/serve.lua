@@ -279,13 +279,7 @@ local function iso_now()
   return os.date("!%Y-%m-%dT%H:%M:%SZ")
 end
 
--- lua-cjson writes "/" as "\/": valid, but paths in output become hard to read. An odd run of
--- backslashes before "/" ends in that escape; an even one is escaped backslashes.
-local function unslash(text)
-  return (text:gsub("(\\+)/", function(bs)
-    if #bs % 2 == 1 then return bs:sub(2) .. "/" end
-  end))
-end
+local unslash = result.unslash
 
 -- Constant-time comparison: the time depends on the length of `want` only.
 local function same_secret(got, want)
@@ -443,7 +437,7 @@ function Server:_send(ctx, status, body, headers, reason)
 end
 
 function Server:_json(ctx, status, obj, headers, reason)
-  return self:_send(ctx, status, unslash(result.encode(obj, cjson)), headers, reason)
+  return self:_send(ctx, status, result.encode(obj, cjson), headers, reason)
 end
 
 function Server:_error(ctx, r, headers)
