@@ -55,7 +55,7 @@ describe("corral CLI", function()
     assert.is_truthy(body:find("--timeout", 1, true), body)
     body, status = split_status(corral("run --memory -5 " .. tmp("print(1)")))
     assert.are.equal(2, status)
-    assert.is_truthy(body:find("memory_mb", 1, true), body)
+    assert.is_truthy(body:find("--memory", 1, true), body)
     body, status = split_status(corral("run --frobnicate " .. tmp("print(1)")))
     assert.are.equal(2, status)
     assert.is_truthy(body:find("--frobnicate", 1, true), body)
@@ -65,6 +65,98 @@ describe("corral CLI", function()
     body, status = split_status(corral("launch"))
     assert.are.equal(2, status)
     assert.is_truthy(body:find("launch", 1, true), body)
+  end)
+
+  it("names the flag of every bad value, never the library's option name", function()
+    local prog = tmp("print(1)")
+    local capped = tmp([[return require("corral.policy").load("default"):extend {
+      name = "capped", maxima = { timeout = 2, memory_mb = 512 } }]])
+    os.rename(capped, capped .. ".lua")
+    files[#files + 1] = capped .. ".lua"
+    local empty = tmp("")
+    -- arguments, the flag the message must name, the library's name it must not use
+    local cases = {
+      { "run --timeout 0", "--timeout" },
+      { "run --timeout soon", "--timeout" },
+      { "run --cpu 0", "--cpu", "cpu_seconds" },
+      { "run --cpu 1.5", "--cpu", "cpu_seconds" },
+      { "run --memory 0", "--memory", "memory_mb" },
+      { "run --file-size -1", "--file-size", "file_mb" },
+      { "run --processes 0", "--processes" },
+      { "run --open-files 1", "--open-files", "open_files" },
+      { "run --max-output -1", "--max-output", "max_output" },
+      { "run --policy no-such-policy", "--policy" },
+      { "run --python ''", "--python" },
+      { "run --stdin /nonexistent/in", "--stdin", "stdin_file" },
+      { "run --policy " .. capped .. ".lua --timeout 1 --memory 1024", "--memory", "memory_mb" },
+      { "run --timeout", "--timeout" },
+      { "run --require-network-isolation=yes", "--require-network-isolation" },
+      { "probe --policy no-such-policy", "--policy" },
+      { "serve --listen nowhere", "--listen" },
+      { "serve --concurrency 0", "--concurrency" },
+      { "serve --queue -1", "--queue" },
+      { "serve --max-body 0", "--max-body", "max_body_bytes" },
+      { "serve --drain-seconds -1", "--drain-seconds", "drain_seconds" },
+      { "serve --token-file " .. empty, "--token-file" },
+      { "serve --token-file /nonexistent/token", "--token-file", "token_file" },
+      { "serve --policy no-such-policy", "--policy" },
+    }
+    for _, c in ipairs(cases) do
+      local args = c[1]:match("^run ") and (c[1] .. " " .. prog) or c[1]
+      local body, status = split_status(H.sh("env -u CORRAL_TOKEN " .. H.cli .. " " .. args .. " </dev/null; echo \"<$?>\""))
+      assert.are.equal(2, status, args .. " → " .. body)
+      assert.is_truthy(body:find(c[2], 1, true), args .. " → " .. body)
+      if c[3] then assert.is_nil(body:find(c[3], 1, true), args .. " → " .. body) end
+    end
+  end)
+
+  it("says a file it cannot read once, with the reason", function()
+    local dir = H.sh("mktemp -d /tmp/corral-cli-dir.XXXXXX")
+    local cases = {
+      { "run " .. dir, dir .. ": Is a directory" },
+      { "run /nonexistent/prog.py", "/nonexistent/prog.py: No such file or directory" },
+      { "run --stdin " .. dir .. " " .. tmp("print(1)"), dir .. ": Is a directory" },
+      { "serve --token-file " .. dir, dir .. ": Is a directory" },
+    }
+    for _, c in ipairs(cases) do
+      local body, status = split_status(corral(c[1]))
+      assert.are.equal(2, status, body)
+      assert.is_truthy(body:find("cannot read " .. (c[1]:match("%-%-%S+") or ""), 1, true), body)
+      assert.is_truthy(body:find(c[2], 1, true), body)
+      local path = c[2]:match("^(.-):")
+      local _, n = body:gsub(path:gsub("%p", "%%%0"), "")
+      assert.are.equal(1, n, body)
+    end
+    H.sh("rmdir " .. dir)
+  end)
+
+  it("answers a usage error under --json with a JSON error on stdout and exit 2", function()
+    local prog = tmp("print(1)")
+    -- arguments, the flag named (false: none)
+    local cases = {
+      { "run --json --memory 0 " .. prog, "--memory" },
+      { "run --frobnicate --json " .. prog, "--frobnicate" },
+      { "run --json --timeout soon " .. prog, "--timeout" },
+      { "run --json", false },
+      { "run --json /nonexistent/prog.py", false },
+      { "run --json --stdin - -", "--stdin" },
+      { "probe --json --policy no-such-policy", "--policy" },
+      { "probe --json extra", false },
+      { "policies --json extra", false },
+    }
+    for _, c in ipairs(cases) do
+      local out, status = split_status(H.sh(H.cli .. " " .. c[1] .. " </dev/null 2>/dev/null; echo \"<$?>\""))
+      assert.are.equal(2, status, c[1] .. " → " .. out)
+      local ok, r = pcall(cjson.decode, out)
+      assert.is_true(ok, c[1] .. " → " .. out)
+      assert.are.same({ "error" }, (function() local k = {} for n in pairs(r) do k[#k + 1] = n end return k end)())
+      assert.are.equal("usage", r.error.code, out)
+      assert.is_string(r.error.message, out)
+      assert.are.equal(c[2] or cjson.null, r.error.flag, out)
+      -- and nothing on stderr
+      local err = H.sh(H.cli .. " " .. c[1] .. " </dev/null 2>&1 >/dev/null")
+      assert.are.equal("", err, c[1])
+    end
   end)
 
   it("writes '/' in JSON as is, as the server does", function()
@@ -217,6 +309,7 @@ describe("corral CLI", function()
     local r = cjson.decode(body)
     assert.is_false(r.ok)
     assert.are.equal("ENOENT", r.error.kind)
+    assert.are.equal("sandbox_failed", r.error.code)
     assert.is_truthy(r.error.message:find("/nonexistent/python", 1, true))
   end)
 

@@ -83,13 +83,7 @@ exit status: 0 after a drain; 1 when it cannot listen; 2 usage or configuration 
 
 local function say(stream, s) stream:write(s) end
 
-local function usage_error(cmd, msg)
-  say(io.stderr, "corral" .. (cmd and (" " .. cmd) or "") .. ": " .. msg .. "\n")
-  say(io.stderr, "try 'corral " .. (cmd and (cmd .. " ") or "") .. "--help'\n")
-  return EXIT_USAGE
-end
-
--- Option tables: flag → {key, kind}
+-- Option tables: flag → {key, kind, option = the library's name when it differs from key}.
 local RUN_FLAGS = {
   ["--policy"] = { "policy", "string" },
   ["--timeout"] = { "timeout", "number" },
@@ -99,14 +93,78 @@ local RUN_FLAGS = {
   ["--processes"] = { "processes", "integer" },
   ["--open-files"] = { "open_files", "integer" },
   ["--max-output"] = { "max_output", "integer" },
-  ["--stdin"] = { "stdin_file", "string" },
+  ["--stdin"] = { "stdin_file", "string", option = "stdin" },
   ["--python"] = { "python", "string" },
   ["--require-network-isolation"] = { "require_network_isolation", "flag" },
   ["--json"] = { "json", "flag" },
 }
 
+local SERVE_FLAGS = {
+  ["--listen"] = { "listen", "string" },
+  ["--policy"] = { "policy", "string" },
+  ["--concurrency"] = { "concurrency", "integer" },
+  ["--queue"] = { "queue", "integer" },
+  ["--token-file"] = { "token_file", "string", option = "token" },
+  ["--max-body"] = { "max_body_bytes", "integer" },
+  ["--drain-seconds"] = { "drain_seconds", "number" },
+  ["--json-log"] = { "json_log", "flag" },
+}
+
+--- A library error (options.check, a policy's maxima, serve's config) in the words of the
+-- command line: "option 'memory_mb' must be ..." becomes "--memory must be ...".
+-- @param flags the command's flag table, whose entries say which option each flag sets
+-- @return the message, and the flag it is about (nil when it names none)
+local function flag_error(message, flags)
+  local msg = tostring(message):gsub("^[%w_]+: ", "")
+  local key = msg:match("option '([%w_]+)'")
+  if key then
+    for flag, spec in pairs(flags) do
+      if (spec.option or spec[1]) == key then
+        return (msg:gsub("option '" .. key .. "'", flag, 1)), flag
+      end
+    end
+    return msg, nil
+  end
+  -- policy.load's errors name the policy ("policy 'x' not found ..."): "--policy 'x' not found"
+  if msg:match("^policy ") and flags["--policy"] then return "--policy" .. msg:sub(7), "--policy" end
+  return msg, nil
+end
+
+local function json_lib()
+  local ok, cjson = pcall(require, "cjson")
+  if not ok then return nil end
+  return cjson
+end
+
+-- The JSON text of `obj`, written as `corral serve` writes it ("/" unescaped).
+local function json_text(cjson, obj)
+  return require("corral.result").unslash(cjson.encode(obj)) .. "\n"
+end
+
+--- The usage-error reporter of one command: with --json among `args` (and lua-cjson present),
+-- `{"error": {"code": "usage", "flag": ..., "message": ...}}` on stdout, else two lines on
+-- stderr; either way the exit status is 2.
+-- @return function(message, flag) that reports and returns the exit status
+local function usage_reporter(cmd, args)
+  local json = false
+  for i = 2, #args do
+    if args[i] == "--" then break end
+    if args[i] == "--json" then json = true end
+  end
+  local cjson = json and json_lib()
+  return function(msg, flag)
+    if cjson then
+      say(io.stdout, json_text(cjson, { error = { code = "usage", flag = flag or cjson.null, message = msg } }))
+    else
+      say(io.stderr, "corral" .. (cmd and (" " .. cmd) or "") .. ": " .. msg .. "\n")
+      say(io.stderr, "try 'corral " .. (cmd and (cmd .. " ") or "") .. "--help'\n")
+    end
+    return EXIT_USAGE
+  end
+end
+
 --- Parse `args` (from index `i`) against `flags`.
--- @return options table, positional arguments; or nil, error message
+-- @return options table, positional arguments; or nil, error message, the flag it is about
 local function parse(args, i, flags)
   local opts, pos = {}, {}
   while i <= #args do
@@ -120,23 +178,23 @@ local function parse(args, i, flags)
       opts.help = true
     elseif name:sub(1, 2) == "--" then
       local spec = flags[name]
-      if not spec then return nil, "unknown option " .. name end
+      if not spec then return nil, "unknown option " .. name, name end
       local key, kind = spec[1], spec[2]
       if kind == "flag" then
-        if inline then return nil, "option " .. name .. " takes no value" end
+        if inline then return nil, name .. " takes no value", name end
         opts[key] = true
       else
         local v = inline
         if not v then
           i = i + 1
           v = args[i]
-          if v == nil then return nil, "option " .. name .. " needs a value" end
+          if v == nil then return nil, name .. " needs a value", name end
         end
         if kind == "number" or kind == "integer" then
           local n = tonumber(v)
-          if not n or n ~= n then return nil, "option " .. name .. " needs a number, got '" .. v .. "'" end
+          if not n or n ~= n then return nil, name .. " needs a number, got '" .. v .. "'", name end
           if kind == "integer" and math.floor(n) ~= n then
-            return nil, "option " .. name .. " needs a whole number, got '" .. v .. "'"
+            return nil, name .. " needs a whole number, got '" .. v .. "'", name
           end
           v = kind == "integer" and math.floor(n) or n
         end
@@ -150,20 +208,22 @@ local function parse(args, i, flags)
   return opts, pos
 end
 
+-- The whole file (or standard input, for "-").
+-- @return its bytes; or nil and the reason alone ("No such file or directory", "Is a directory"):
+-- the caller's message names the file
 local function read_file(path)
   local f, err
-  if path == "-" then f = io.stdin else f, err = io.open(path, "rb") end
-  if not f then return nil, err end
-  local data = f:read("a")
+  if path == "-" then
+    f = io.stdin
+  else
+    f, err = io.open(path, "rb")
+    -- io.open's message is "PATH: reason"
+    if not f then return nil, err:sub(1, #path + 2) == path .. ": " and err:sub(#path + 3) or err end
+  end
+  local data, rerr = f:read("a")
   if f ~= io.stdin then f:close() end
-  if not data then return nil, "cannot read " .. path end
+  if not data then return nil, rerr or "read error" end
   return data
-end
-
-local function json_lib()
-  local ok, cjson = pcall(require, "cjson")
-  if not ok then return nil end
-  return cjson
 end
 
 local SIGHUP, SIGINT, SIGTERM = 1, 2, 15
@@ -202,23 +262,24 @@ local function run_to_end(corral, code, opts)
 end
 
 local function cmd_run(args)
-  local opts, pos = parse(args, 2, RUN_FLAGS)
-  if not opts then return usage_error("run", pos) end
+  local usage_error = usage_reporter("run", args)
+  local opts, pos, bad = parse(args, 2, RUN_FLAGS)
+  if not opts then return usage_error(pos, bad) end
   if opts.help then say(io.stdout, USAGE.run) return 0 end
-  if #pos ~= 1 then return usage_error("run", #pos == 0 and "missing FILE (or - for stdin)" or "only one FILE may be given") end
+  if #pos ~= 1 then return usage_error(#pos == 0 and "missing FILE (or - for stdin)" or "only one FILE may be given") end
   local cjson
   if opts.json then
     cjson = json_lib()
     if not cjson then say(io.stderr, "corral run: --json needs lua-cjson (apt-get install lua-cjson)\n") return EXIT_SANDBOX end
   end
   local code, err = read_file(pos[1])
-  if not code then return usage_error("run", "cannot read " .. pos[1] .. ": " .. tostring(err)) end
+  if not code then return usage_error("cannot read " .. (pos[1] == "-" and "standard input" or pos[1]) .. ": " .. err) end
   local json = opts.json
   opts.json = nil
   if opts.stdin_file then
-    if pos[1] == "-" and opts.stdin_file == "-" then return usage_error("run", "FILE and --stdin cannot both be -") end
+    if pos[1] == "-" and opts.stdin_file == "-" then return usage_error("FILE and --stdin cannot both be -", "--stdin") end
     local data, e = read_file(opts.stdin_file)
-    if not data then return usage_error("run", "cannot read --stdin " .. opts.stdin_file .. ": " .. tostring(e)) end
+    if not data then return usage_error("cannot read --stdin " .. opts.stdin_file .. ": " .. e, "--stdin") end
     opts.stdin = data
     opts.stdin_file = nil
   end
@@ -230,13 +291,16 @@ local function cmd_run(args)
   corral.prestart_launches = false
   local ok, res, rerr, rcode, signum = pcall(run_to_end, corral, code, opts)
   if not ok then
-    -- a bad option value: the message names it
-    return usage_error("run", (tostring(res):gsub("^start: ", "")))
+    -- a bad option value: the message names its flag
+    return usage_error(flag_error(res, RUN_FLAGS))
   end
   if signum then return 128 + signum end
   if json then
     local result = require "corral.result"
-    say(io.stdout, result.encode(result.object(res, rerr, rcode, cjson.null), cjson) .. "\n")
+    local obj = result.object(res, rerr, rcode, cjson.null)
+    -- the same error object as the server's: a machine-readable code beside the errno kind
+    if obj.error then obj.error.code = "sandbox_failed" end
+    say(io.stdout, result.encode(obj, cjson) .. "\n")
   elseif res then
     io.stdout:write(res.stdout)
     io.stdout:flush()
@@ -256,21 +320,24 @@ end
 
 local function yesno(b) return b and "yes" or "no" end
 
+local PROBE_FLAGS = { ["--json"] = { "json", "flag" }, ["--policy"] = { "policy", "string" } }
+
 local function cmd_probe(args)
-  local opts, pos = parse(args, 2, { ["--json"] = { "json", "flag" }, ["--policy"] = { "policy", "string" } })
-  if not opts then return usage_error("probe", pos) end
+  local usage_error = usage_reporter("probe", args)
+  local opts, pos, bad = parse(args, 2, PROBE_FLAGS)
+  if not opts then return usage_error(pos, bad) end
   if opts.help then say(io.stdout, USAGE.probe) return 0 end
-  if #pos > 0 then return usage_error("probe", "unexpected argument " .. pos[1]) end
+  if #pos > 0 then return usage_error("unexpected argument " .. pos[1]) end
   local corral = require "corral"
   local ok, p, err = pcall(corral.probe, opts.policy)
   -- a warm policy's probe ran in its warm interpreter: gone before the command is
   corral.close(5)
-  if not ok then return usage_error("probe", tostring(p)) end
+  if not ok then return usage_error(flag_error(p, PROBE_FLAGS)) end
   if not p then say(io.stderr, "corral probe: " .. tostring(err) .. "\n") return EXIT_SANDBOX end
   if opts.json then
     local cjson = json_lib()
     if not cjson then say(io.stderr, "corral probe: --json needs lua-cjson\n") return EXIT_SANDBOX end
-    say(io.stdout, require("corral.result").unslash(cjson.encode(p)) .. "\n")
+    say(io.stdout, json_text(cjson, p))
     return 0
   end
   local lines = {
@@ -315,15 +382,16 @@ local function cmd_probe(args)
 end
 
 local function cmd_policies(args)
-  local opts, pos = parse(args, 2, { ["--json"] = { "json", "flag" } })
-  if not opts then return usage_error("policies", pos) end
+  local usage_error = usage_reporter("policies", args)
+  local opts, pos, bad = parse(args, 2, { ["--json"] = { "json", "flag" } })
+  if not opts then return usage_error(pos, bad) end
   if opts.help then say(io.stdout, USAGE.policies) return 0 end
-  if #pos > 0 then return usage_error("policies", "unexpected argument " .. pos[1]) end
+  if #pos > 0 then return usage_error("unexpected argument " .. pos[1]) end
   local list = require("corral").policies()
   if opts.json then
     local cjson = json_lib()
     if not cjson then say(io.stderr, "corral policies: --json needs lua-cjson\n") return EXIT_SANDBOX end
-    say(io.stdout, require("corral.result").unslash(cjson.encode(list)) .. "\n")
+    say(io.stdout, json_text(cjson, list))
     return 0
   end
   for _, p in ipairs(list) do
@@ -332,29 +400,19 @@ local function cmd_policies(args)
   return 0
 end
 
-local SERVE_FLAGS = {
-  ["--listen"] = { "listen", "string" },
-  ["--policy"] = { "policy", "string" },
-  ["--concurrency"] = { "concurrency", "integer" },
-  ["--queue"] = { "queue", "integer" },
-  ["--token-file"] = { "token_file", "string" },
-  ["--max-body"] = { "max_body_bytes", "integer" },
-  ["--drain-seconds"] = { "drain_seconds", "number" },
-  ["--json-log"] = { "json_log", "flag" },
-}
-
 local function cmd_serve(args)
-  local opts, pos = parse(args, 2, SERVE_FLAGS)
-  if not opts then return usage_error("serve", pos) end
+  local usage_error = usage_reporter("serve", args)
+  local opts, pos, bad = parse(args, 2, SERVE_FLAGS)
+  if not opts then return usage_error(pos, bad) end
   if opts.help then say(io.stdout, USAGE.serve) return 0 end
-  if #pos > 0 then return usage_error("serve", "unexpected argument " .. pos[1]) end
+  if #pos > 0 then return usage_error("unexpected argument " .. pos[1]) end
   if not json_lib() then say(io.stderr, "corral serve: needs lua-cjson (apt-get install lua-cjson)\n") return EXIT_USAGE end
   local token
   if opts.token_file then
     local data, err = read_file(opts.token_file)
-    if not data then return usage_error("serve", "cannot read --token-file " .. opts.token_file .. ": " .. tostring(err)) end
+    if not data then return usage_error("cannot read --token-file " .. opts.token_file .. ": " .. err, "--token-file") end
     token = data:gsub("%s+$", "")
-    if token == "" then return usage_error("serve", "--token-file " .. opts.token_file .. " is empty") end
+    if token == "" then return usage_error("--token-file " .. opts.token_file .. " is empty", "--token-file") end
     opts.token_file = nil
   else
     local env = os.getenv("CORRAL_TOKEN")
@@ -363,17 +421,14 @@ local function cmd_serve(args)
   opts.token = token
   local serve = require "corral.serve"
   local ok, srv, err = pcall(serve.start, opts)
-  if not ok then
-    -- the library names its config keys; name the flags instead
-    local msg = tostring(srv):gsub("^serve: ", ""):gsub("option '([%w_]+)'", function(key)
-      for flag, spec in pairs(SERVE_FLAGS) do
-        if spec[1] == key then return flag end
-      end
-    end)
-    return usage_error("serve", msg)
-  end
+  if not ok then return usage_error(flag_error(srv, SERVE_FLAGS)) end
   if not srv then
-    say(io.stderr, "corral serve: cannot listen on " .. tostring(opts.listen or serve.default_listen()) .. ": " .. tostring(err) .. "\n")
+    -- the host's message names the socket path or the address it bound: given the address
+    -- the user wrote only when that differs (a host name, resolved)
+    local listen = tostring(opts.listen or serve.default_listen())
+    local msg = tostring(err):gsub("^[%u_]+: ", "")
+    if not msg:find((listen:gsub("^unix:", "")), 1, true) then msg = "--listen " .. listen .. ": " .. msg end
+    say(io.stderr, "corral serve: " .. msg .. "\n")
     return 1
   end
   -- false only if the loop ran dry while the server still listened, which would be a bug
@@ -395,7 +450,7 @@ function M.main(args)
   if cmd == "probe" then return cmd_probe(args) end
   if cmd == "policies" then return cmd_policies(args) end
   if cmd == "serve" then return cmd_serve(args) end
-  return usage_error(nil, "unknown command '" .. cmd .. "'")
+  return usage_reporter(nil, args)("unknown command '" .. cmd .. "'")
 end
 
 return M

@@ -680,7 +680,13 @@ function M.load(spec)
     if not path then error("policy '" .. spec .. "' not found (looked in " .. table.concat(tried, ", ") .. ")", 0) end
   end
   local chunk, err = loadfile(path)
-  if not chunk then error("policy '" .. spec .. "' cannot be loaded: " .. err, 0) end
+  if not chunk then
+    -- loadfile says "cannot open PATH: reason" (or "cannot read") when it cannot read the
+    -- file: the reason alone, the message names the policy
+    local reason = err:match("^cannot %a+ " .. path:gsub("%p", "%%%0") .. ": (.*)$")
+    if reason then error("policy '" .. spec .. "' cannot be read: " .. reason, 0) end
+    error("policy '" .. spec .. "' cannot be loaded: " .. err, 0)
+  end
   local ok, p = pcall(chunk)
   if not ok then error("policy '" .. spec .. "' failed to load: " .. tostring(p), 0) end
   if type(p) ~= "table" then error("policy '" .. spec .. "' must return a table, got " .. type(p), 0) end

@@ -324,7 +324,8 @@ function M.start(config)
   -- every policy is loaded now: a typo is an error at start, not at the first request
   local function load(spec, what)
     local ok, p = pcall(policy.load, spec)
-    if not ok then error("serve: " .. what .. ": " .. tostring(p), 0) end
+    -- policy.load's message names the policy; a policy of `policies` also says which entry
+    if not ok then error("serve: " .. (what == "policy" and "" or (what .. ": ")) .. tostring(p), 0) end
     return p
   end
   self.policy = load(c.policy, "policy")
