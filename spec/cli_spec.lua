@@ -348,6 +348,20 @@ describe("corral CLI", function()
     end
   end)
 
+  it("shows a command's own help for `help COMMAND`", function()
+    local main = split_status(corral("help"))
+    for _, c in ipairs({ "run", "probe", "policies", "serve" }) do
+      local body, status = split_status(corral("help " .. c))
+      assert.are.equal(0, status, c)
+      assert.is_truthy(body:find("usage: corral " .. c, 1, true), body)
+      assert.are.equal(split_status(corral(c .. " --help")), body)
+      assert.are_not.equal(main, body)
+    end
+    local body, status = split_status(corral("help launch"))
+    assert.are.equal(2, status, body)
+    assert.is_truthy(body:find("unknown command 'launch'", 1, true), body)
+  end)
+
   it("runs a policy given by path", function()
     local body, status = split_status(H.sh("CORRAL_TENANT_TIER=free " .. H.cli ..
       " run --json --policy examples/policies/tenant.lua --timeout 100 " .. tmp("print('tenant')") .. "; echo \"<$?>\""))

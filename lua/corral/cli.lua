@@ -16,7 +16,8 @@ commands:
   probe      show what this host supports and what a policy will apply
   policies   list the policies corral can load
   serve      run the HTTP controller (HTTP/1.1 + JSON on a unix socket or loopback TCP)
-  help       show this text; `corral COMMAND --help` shows a command's options
+  help       show this text; `corral help COMMAND` (or `corral COMMAND --help`) shows a
+             command's options
 
 `corral --version` prints the version.
 ]],
@@ -441,6 +442,10 @@ function M.main(args)
   -- must not read its environment or ptrace it
   require("corral.core").set_dumpable(false)
   local cmd = args[1]
+  if cmd == "help" and args[2] ~= nil then
+    if USAGE[args[2]] and args[2] ~= "main" then say(io.stdout, USAGE[args[2]]) return 0 end
+    return usage_reporter(nil, args)("unknown command '" .. args[2] .. "'")
+  end
   if cmd == nil or cmd == "help" or cmd == "-h" or cmd == "--help" then
     say(cmd == nil and io.stderr or io.stdout, USAGE.main)
     return cmd == nil and EXIT_USAGE or 0
