@@ -1,7 +1,10 @@
 -- Embedding corral in a Lua program: grade several model-written answers at once.
---   lua5.4 examples/embed.lua        (from the source tree, after `make`)
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "csrc/?.so;" .. package.cpath
+--   lua5.4 examples/embed.lua        (from any directory, after `make` in the source tree)
+-- The modules are found in the source tree this script lies in; an installed corral (make
+-- install, luarocks) is on Lua's own path and needs none of this.
+local root = ((arg and arg[0] or ""):match("^(.*)/[^/]*$") or ".") .. "/.."
+package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
+package.cpath = root .. "/csrc/?.so;" .. package.cpath
 local corral = require "corral"
 
 local answers = {

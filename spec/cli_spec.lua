@@ -362,6 +362,21 @@ describe("corral CLI", function()
     assert.is_truthy(body:find("unknown command 'launch'", 1, true), body)
   end)
 
+  it("runs the examples from any directory", function()
+    local tree = H.sh("pwd")
+    local out, status = H.sh("cd / && lua5.4 " .. tree .. "/examples/embed.lua")
+    assert.are.equal(0, status, out)
+    assert.is_truthy(out:find("correct  PASS", 1, true), out)
+    local body
+    body, status = split_status(H.sh("cd / && " .. tree .. "/bin/corral run " .. tree .. "/examples/model_program.py; echo \"<$?>\""))
+    assert.are.equal(0, status, body)
+    assert.is_truthy(body:find("primes below", 1, true), body)
+    body, status = split_status(H.sh("cd / && CORRAL_TENANT_TIER=free " .. tree .. "/bin/corral run --json --policy " .. tree ..
+      "/examples/policies/tenant.lua " .. tmp("print('tenant')") .. "; echo \"<$?>\""))
+    assert.are.equal(0, status, body)
+    assert.are.equal("tenant\n", cjson.decode(body).stdout)
+  end)
+
   it("runs a policy given by path", function()
     local body, status = split_status(H.sh("CORRAL_TENANT_TIER=free " .. H.cli ..
       " run --json --policy examples/policies/tenant.lua --timeout 100 " .. tmp("print('tenant')") .. "; echo \"<$?>\""))
