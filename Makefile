@@ -103,6 +103,8 @@ $(CORE_SO): $(CORE_SRC) $(CORE_HDR)
 		$(HTTP_PARSER_CFLAGS) -o $@ $(CORE_SRC) $(LDFLAGS) $(UV_LIBS) $(HTTP_PARSER_LIBS)
 
 # deps-*: install the Debian packages a target needs (as root), or print the exact command.
+# apt-get -q writes its log lines (Get:, Unpacking, Setting up) without the progress bars that
+# garble a log; Dpkg::Progress-Fancy=0 drops dpkg's status-line bar.
 deps-build deps-test deps-run deps-fuzz:
 	@pkgs="$(if $(filter deps-build,$@),$(BUILD_PKGS),$(if $(filter deps-test,$@),$(TEST_PKGS),$(if $(filter deps-fuzz,$@),$(FUZZ_PKGS),$(RUN_PKGS))))"; \
 	missing=""; for p in $$pkgs; do \
@@ -110,8 +112,11 @@ deps-build deps-test deps-run deps-fuzz:
 	done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
-			echo "installing:$$missing"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+			echo "== installing Debian packages for $@ (apt-get update, then install; it can take minutes):"; \
+			echo "  $$missing"; \
+			apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Progress-Fancy=0 \
+				install $$missing || exit 1; \
+			echo "== installed:$$missing"; \
 		else \
 			echo "missing Debian packages; run as root:"; \
 			echo "  apt-get install -y$$missing"; exit 1; \

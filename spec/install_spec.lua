@@ -3,6 +3,32 @@
 local H = require "helper"
 
 describe("install", function()
+  it("says which Debian packages it installs and lets apt's progress through", function()
+    -- a stand-in apt-get and dpkg-query on PATH: every package is missing, and apt-get says what
+    -- it was asked and prints a progress line, as the real one does
+    local bin = H.sh("mktemp -d /tmp/corral-fakeapt.XXXXXX")
+    local function script(name, body)
+      local f = assert(io.open(bin .. "/" .. name, "w"))
+      f:write("#!/bin/sh\n" .. body .. "\n")
+      f:close()
+      H.sh("chmod 755 " .. bin .. "/" .. name)
+    end
+    script("dpkg-query", "exit 1")
+    script("apt-get", 'echo "fake apt-get $*"; echo "Setting up fake-package (1.0) ..."')
+    local out, status = H.sh("PATH=" .. bin .. ":$PATH make --no-print-directory deps-run")
+    H.sh("rm -rf " .. bin)
+    if H.root then
+      assert.are.equal(0, status, out)
+      assert.is_truthy(out:find("installing Debian packages for deps-run", 1, true), out)
+      assert.is_truthy(out:find("fake apt-get -q update", 1, true), out)
+      assert.is_truthy(out:find("fake apt%-get %-q %-y %-o Dpkg::Progress%-Fancy=0 install .*lua5%.4"), out)
+      assert.is_truthy(out:find("Setting up fake-package (1.0) ...", 1, true), out)
+    else
+      assert.are_not.equal(0, status, out)
+      assert.is_truthy(out:find("apt%-get install %-y .*lua5%.4"), out)
+    end
+  end)
+
   it("installs with luarocks make into a tree and runs from outside the source tree", function()
     local tree = H.sh("mktemp -d /tmp/corral-rocks.XXXXXX")
     local out, status = H.sh("luarocks --lua-version 5.4 make --tree " .. tree ..
