@@ -225,8 +225,8 @@ clean:
 
 # bench/bench.lua: bare Python against corral (default, bwrap, warm when present) through the
 # library, `corral run` and `corral serve` (wrk on loopback TCP): latency median/p99 and ratios,
-# runs/s at concurrency 1, 2, 8 with the controller's CPU per run, controller RSS, and issue 5's
-# targets with PASS/MISS. About 2-3 minutes on 2 cores. BENCH_JSON=FILE also writes the figures
+# runs/s at concurrency 1, 2, 8 with the controller's CPU per run, controller RSS, and the
+# performance targets with PASS/MISS. About 2-3 minutes on 2 cores. BENCH_JSON=FILE also writes the figures
 # as JSON. `make bench-rss` runs only the RSS series, 10,000 runs unless RSS_RUNS says otherwise.
 BENCH_N ?= 100
 THROUGHPUT_RUNS ?= 300

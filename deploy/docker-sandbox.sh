@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # docker-sandbox.sh: run one Python program in a locked-down, throwaway container, with corral
-# inside it providing the per-run limits and the report. The container is the boundary seed 000
+# inside it providing the per-run limits and the report. The container is the boundary `run_python`
 # asks for ("run this inside a container or microVM that provides the real boundary"); corral is
 # the hygiene inside it. Prints corral's JSON result (or, with --text, the program's output) and
 # exits as `corral run` does. Run with --help for the options.

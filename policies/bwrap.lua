@@ -1,4 +1,4 @@
---- bwrap: seed 003's sandbox — bubblewrap around the interpreter, with corral's launcher outside.
+--- bwrap: eval_in_sandbox's sandbox — bubblewrap around the interpreter, with corral's launcher outside.
 -- `bwrap --unshare-all` but the PID namespace (the launcher's is the run's), `--new-session
 -- --die-with-parent --clearenv`, the code as /home/code.py in a read-only /home, a read-only root
 -- holding only what the interpreter needs (asked of the interpreter itself, so a python outside
@@ -14,7 +14,7 @@ local host = require "corral.host"
 
 local P = policy.load("default"):extend {
   name = "bwrap",
-  description = "seed 003: bubblewrap --unshare-all, read-only root of what python needs, rlimits",
+  description = "eval_in_sandbox's sandbox: bubblewrap --unshare-all, read-only root of what python needs, rlimits",
   defaults = { timeout = 10, cpu_seconds = 1, memory_mb = 100, max_output = 131072 },
   -- bwrap clears the environment; the launcher's own needs none either
   env = {},

@@ -1,4 +1,4 @@
---- default: seed 000's behaviour, with the holes closed.
+--- default: run_python's behaviour, with the holes closed.
 -- rlimits (cpu, memory, file-size, no-core, open-files, processes), a wall-clock timeout, an empty
 -- environment, a throwaway work dir, no stdin, capped output, an empty network namespace (one
 -- shared by the controller's runs, which cannot reach each other in it); plus a PID namespace whose end kills every descendant (setsid escapees included), a per-run uid when
@@ -9,7 +9,7 @@ local policy = require "corral.policy"
 
 return policy.base {
   name = "default",
-  description = "seed 000 limits + pid namespace, per-run uid as root, empty netns (shared); degrades gracefully",
+  description = "run_python's limits + pid namespace, per-run uid as root, empty netns (shared); degrades gracefully",
   defaults = {
     timeout = 5, cpu_seconds = 3, memory_mb = 256, file_mb = 1, processes = 32,
     open_files = 64, max_output = 20000, require_network_isolation = false,

@@ -5,7 +5,7 @@
 -- sandbox itself (launcher missing, work dir cannot be made, a protection that was required cannot
 -- be had, the launcher's setup failed) return `nil, message, code`, where `code` is a symbolic
 -- name such as "ENOENT", "ENOTSUP" or "EPERM" and `message` starts with it. `eval_in_sandbox`
--- follows seed 003 instead and raises a SandboxError table.
+-- follows eval_in_sandbox's instead and raises a SandboxError table.
 local core = require "corral.core"
 local options = require "corral.options"
 local policy = require "corral.policy"
@@ -594,7 +594,7 @@ local function wait(what, code, opts, extra)
 end
 
 --- Run Python code under the policy's limits and wait for it.
--- Options (seed 000's, with its defaults): timeout=5, cpu_seconds=3, memory_mb=256, file_mb=1,
+-- Options (run_python's, with its defaults): timeout=5, cpu_seconds=3, memory_mb=256, file_mb=1,
 -- processes=32, max_output=20000, require_network_isolation=false; and policy ("default"; a name,
 -- a path or a policy table), python ("python3", looked up in the sandbox's PATH), stdin (bytes),
 -- open_files=64, env (extra variables).
@@ -718,7 +718,7 @@ local function eval_run_options(opts)
   }
 end
 
--- A run's outcome → seed 003's ProcessOutput, or nil and a SandboxError.
+-- A run's outcome → eval_in_sandbox's ProcessOutput, or nil and a SandboxError.
 local function eval_outcome(res, err, ecode, raw)
   if not res then
     return nil, sandbox_error(ecode == "ENOENT" and "unavailable" or "sandbox", err)

@@ -23,7 +23,7 @@ M.run_schema = {
   env                       = { kind = "env" },
 }
 
---- The options `eval_in_sandbox` accepts (seed 003's names).
+--- The options `eval_in_sandbox` accepts (its own names).
 M.eval_schema = {
   mem_max_mb           = { kind = "integer", min = 16, max = 1048576 },
   cpu_max_time_sec     = { kind = "integer", min = 1, max = 86400 },

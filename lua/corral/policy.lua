@@ -541,7 +541,7 @@ function Policy:classify(raw, opts, rep)
   return "exit"
 end
 
--- `applied` names in the report → seed 000's `limits` names, in seed order, then corral's own.
+-- `applied` names in the report → run_python's `limits` names, in its order, then corral's own.
 local LIMIT_NAMES = {
   { "cpu", "cpu" }, { "memory", "memory" }, { "file-size", "file-size" }, { "no-core", "no-core" },
   { "open-files", "open-files" }, { "processes", "processes" },

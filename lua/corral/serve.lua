@@ -5,7 +5,7 @@
 -- loop with `corral.run_loop()` until the server has stopped. Routes:
 --
 --     POST /v1/run     {"code": ..., run options}  → 200 and the result object of `corral run --json`
---     POST /v1/eval    {"code": ..., seed 003's options} → 200 {ok, returncode, stdout, stderr}
+--     POST /v1/eval    {"code": ..., eval_in_sandbox's options} → 200 {ok, returncode, stdout, stderr}
 --     GET  /healthz    → 200 {"ok": true, ...}, 503 while draining
 --     GET  /v1/probe   → corral.probe() of the server's policy (run once, then cached)
 --     GET  /metrics    → Prometheus text format
@@ -48,7 +48,7 @@ M.RUN_FIELDS = {
   stdin = "string", policy = "string", require_network_isolation = "boolean",
 }
 
---- The JSON fields `POST /v1/eval` accepts (seed 003's names).
+--- The JSON fields `POST /v1/eval` accepts (eval_in_sandbox's names).
 M.EVAL_FIELDS = {
   code = "string", mem_max_mb = "integer", cpu_max_time_sec = "integer",
   timeout_max_time_sec = "number", io_max_kb = "integer", stdin = "string",
@@ -778,7 +778,7 @@ function Server:_finished(job, a, b, c)
   if serr.kind == "unavailable" or serr.kind == "sandbox" then
     return self:_sandbox_failed(ctx, "eval", serr.message, serr.kind)
   end
-  -- what the program did (timed out, too much output, not UTF-8): seed 003 raises, we answer
+  -- what the program did (timed out, too much output, not UTF-8): eval_in_sandbox raises, we answer
   return self:_json(ctx, 200, { ok = false, clamped = clamped,
     error = { code = "sandbox_error", kind = serr.kind, message = serr.message } }, nil, serr.kind)
 end

@@ -145,7 +145,7 @@ function _M.run(self, args)
   return call(self, "/v1/run", args)
 end
 
---- seed 003's semantics: POST /v1/eval.
+--- eval_in_sandbox's semantics: POST /v1/eval.
 function _M.eval(self, args)
   return call(self, "/v1/eval", args)
 end
