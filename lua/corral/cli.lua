@@ -64,8 +64,10 @@ Runs the HTTP controller: POST /v1/run, POST /v1/eval, GET /healthz, GET /v1/pro
 connections, the runs in progress and queued finish (a second signal kills them), exit 0.
 
 options:
-  --listen ADDR        unix:/path.sock or HOST:PORT (default: unix:/run/corral.sock as root,
-                       else unix:$XDG_RUNTIME_DIR/corral.sock or unix:/tmp/corral-$UID.sock);
+  --listen ADDR        unix:/path.sock or HOST:PORT, HOST an address (127.0.0.1, [::1]) or a
+                       name (localhost) whose first address is bound (default:
+                       unix:/run/corral.sock as root, else unix:$XDG_RUNTIME_DIR/corral.sock
+                       or unix:/tmp/corral-$UID.sock);
                        a unix socket is made with mode 0660
   --policy P           policy of every run (name or path; default: default); requests may not
                        choose another
