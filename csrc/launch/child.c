@@ -402,6 +402,12 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 
 	if (step_die_with_parent(parent) != 0)
 		_exit(EXIT_SETUP);      /* the supervisor is gone: nobody to tell */
+	/* With a PID namespace the program leads a session of its own: the scheduler's autogroups
+	 * are per session, so the run's processes then share one group's CPU against the
+	 * supervisor's, instead of the supervisor being one task among a fork bomb's hundreds. The
+	 * namespace's end reaches every process, whatever its session. */
+	if (L->pidns && getsid(0) != getpid())
+		setsid();
 	step_send_pid(errfd);
 	if (budget_join() != 0)                 /* the run cgroup, while we have our uid */
 		die(errfd, W_CGROUP, errno);
