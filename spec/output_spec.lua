@@ -97,6 +97,16 @@ describe("output", function()
         -- a class defined in __main__ pickles
         "import pickle\nprint('path=' + __file__)\nclass A:\n    pass\n"
           .. "print(type(pickle.loads(pickle.dumps(A()))).__name__)\n",
+        -- a sys.excepthook that fails, one that is missing, sys.last_value for the exit handlers
+        "import sys\nprint('path=' + __file__)\ndef hook(t, v, tb):\n    raise ValueError('hook')\n"
+          .. "sys.excepthook = hook\n1/0\n",
+        "import sys\nprint('path=' + __file__)\ndel sys.excepthook\n{}['key']\n",
+        "import atexit, sys\nprint('path=' + __file__)\n"
+          .. "atexit.register(lambda: print('last', repr(sys.last_value), file=sys.stderr))\n"
+          .. "raise OSError(5, 'io')\n",
+        -- output left in a stdout the program replaced, or deleted
+        "import sys\nprint('path=' + __file__)\nprint('result 42')\nsys.stdout = sys.stderr\n",
+        "import sys\nprint('path=' + __file__)\nprint('result 43')\ndel sys.stdout\n",
       }
       for _, code in ipairs(cases) do
         same_as_bare(code, run(code, { policy = pol }))
@@ -104,16 +114,41 @@ describe("output", function()
     end)
   end
 
+  -- three children print, tell the parent over a pipe, and sleep; the parent then sleeps, or exits
+  local function forked(after)
+    return "import os, time\nr, w = os.pipe()\nfor i in range(3):\n    if os.fork() == 0:\n"
+      .. "        print('child', i)\n        os.write(w, b'x')\n        time.sleep(60)\n"
+      .. "        os._exit(0)\nn = 0\nwhile n < 3:\n    n += len(os.read(r, 3))\n"
+      .. "print('parent')\n" .. after
+  end
+  local function lines_of(s)
+    local t = {}
+    for line in s:gmatch("[^\n]+") do t[#t + 1] = line end
+    table.sort(t)
+    return t
+  end
+
   it("a stopped run's forked processes flush their output too", function()
-    local code = "import os, time\nif os.fork() == 0:\n    print('child')\nelse:\n    print('parent')\n"
-      .. "time.sleep(60)\n"
     for _, name in ipairs({ "default", "warm" }) do
-      local r = run(code, { policy = name, timeout = 1 })
-      assert.are.equal("timeout", r.reason)
-      local lines = {}
-      for line in r.stdout:gmatch("[^\n]+") do lines[#lines + 1] = line end
-      table.sort(lines)
-      assert.are.same({ "child", "parent" }, lines, name)
+      local r = run(forked("time.sleep(60)\n"), { policy = name, timeout = 2 })
+      assert.are.equal("timeout", r.reason, name)
+      assert.are.same({ "child 0", "child 1", "child 2", "parent" }, lines_of(r.stdout), name)
+    end
+  end)
+
+  it("processes left when the program exits flush their output before they are killed", function()
+    for _, name in ipairs({ "default", "warm" }) do
+      local r = run(forked(""), { policy = name, timeout = 10 })
+      assert.are.equal("exit", r.reason, name)
+      assert.are.same({ "child 0", "child 1", "child 2", "parent" }, lines_of(r.stdout), name)
+    end
+  end)
+
+  it("a stopped program without the prelude's handler is reported killed, not flushed", function()
+    for _, p in ipairs(policies()) do
+      local r = run("import os\nos.execv('/bin/sleep', ['sleep', '60'])\n", { policy = p[2], timeout = 1 })
+      assert.are.equal("timeout", r.reason, p[1])
+      assert.are.same({ -9, 9 }, { r.returncode, r.signal }, p[1])
     end
   end)
 

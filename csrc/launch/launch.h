@@ -321,8 +321,9 @@ void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace *
 /* The signal the prelude (lua/corral/prelude.lua) flushes the program's output on, and how long
  * a stopped run's program gets to do it before it is killed. */
 #define FLUSH_SIGNAL 63
-#define FLUSH_MS 50
+#define FLUSH_MS 100
 void init_flush(struct prog *c);
+void flush_status(struct prog *c);
 /* The init once C is started: C's pipe, the wait, the end in the report; C's outcome in o. */
 void init_watch(struct prog *c, struct outcome *o, int flush);
 /* The init's end: the report flushed, the outcome written on outfd, exit 0. */

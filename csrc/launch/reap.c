@@ -224,9 +224,17 @@ int init_wait(struct prog *c)
 	}
 }
 
+/* A program killed by the flush signal is reported as the kill would have reported it (a
+ * program without the prelude's handler dies of the signal itself). */
+void flush_status(struct prog *c)
+{
+	if (c->reaped && WIFSIGNALED(c->wstatus) && WTERMSIG(c->wstatus) == FLUSH_SIGNAL)
+		c->wstatus = SIGKILL;   /* the wait status of a death by SIGKILL */
+}
+
 /* Before a stop kills the run: FLUSH_SIGNAL to every process of the namespace (the prelude's
- * handler writes out what the program buffered, then dies), and C at most FLUSH_MS to end. A run
- * over budget gets none: its processes may be stopped, and it must end now. */
+ * handler writes out what each buffered, then dies), and at most FLUSH_MS for all of them to
+ * end. A run over budget gets none: its processes may be stopped, and it must end now. */
 void init_flush(struct prog *c)
 {
 	long long deadline = now_ms() + FLUSH_MS, left;
@@ -238,15 +246,18 @@ void init_flush(struct prog *c)
 	sigaddset(&set, SIGCHLD);
 	kill(-1, FLUSH_SIGNAL);
 	for (;;) {
-		while (reap_one(c) > 0)
+		int r;
+
+		while ((r = reap_one(c)) > 0)
 			;
 		left = deadline - now_ms();
-		if (c->reaped || left <= 0)
-			return;
+		if (r < 0 || left <= 0)         /* nothing left in the namespace, or time is up */
+			break;
 		ts.tv_sec = left / 1000;
 		ts.tv_nsec = (long)(left % 1000) * 1000000L;
 		sigtimedwait(&set, &si, &ts);
 	}
+	flush_status(c);
 }
 
 /* A asked to end the run: kill everything in the namespace (atomic against forks) and reap it
@@ -279,16 +290,20 @@ void init_watch(struct prog *c, struct outcome *o, int flush)
 		prog_read(c);
 	/* Stopped or over budget: what the run used so far is reported first (the host may kill us
 	 * during the teardown), the program may flush its output (a stop), then the namespace is
-	 * killed and reaped. With a budget the rest of the namespace is killed and reaped before the
-	 * report, so that usage and total count it. */
+	 * killed and reaped. The program ended: what is left of the run may flush its output before
+	 * it dies with the namespace. With a budget the rest of the namespace is killed and reaped
+	 * before the report, so that usage and total count it. */
 	why = init_wait(c);
 	if (why) {
 		prog_report_so_far(c);
 		if (why == 2 && flush)
 			init_flush(c);
 		init_kill_all(c);
-	} else if (budget_active()) {
-		init_kill_all(c);
+	} else {
+		if (flush)
+			init_flush(c);
+		if (budget_active())
+			init_kill_all(c);
 	}
 	prog_finish(c, o);
 }

@@ -364,10 +364,11 @@ static void flush_program(struct launch *L, struct prog *c)
 			;
 		left = deadline - now_ms();
 		if (c->reaped || left <= 0)
-			return;
+			break;
 		if (poll(&pfd, 1, (int)left) > 0)
 			drain_signals(L->sigfd);
 	}
+	flush_status(c);
 }
 
 static void run_subreaper(struct launch *L, struct outcome *out)

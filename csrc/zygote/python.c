@@ -1208,6 +1208,28 @@ static int needs_finalize(void)
 	return r;
 }
 
+/* What the finalization's deallocation of the run's standard streams writes: the buffered data
+ * of each one still open, whatever sys names now (the program may have replaced or deleted
+ * sys.stdout, leaving its output in the old one's buffer). Errors are ignored, as by dealloc. */
+static void flush_run_streams(void)
+{
+	PyObject *objs[3 + sizeof run_std_objs / sizeof run_std_objs[0]], *r;
+	size_t i, n = 0;
+
+	for (i = 1; i < 3; i++)
+		if (py.std[i])
+			objs[n++] = py.std[i];
+	for (i = 0; i < sizeof run_std_objs / sizeof run_std_objs[0] && run_std_objs[i]; i++)
+		objs[n++] = run_std_objs[i];
+	for (i = 0; i < n; i++) {
+		if (file_is_closed(objs[i]))
+			continue;
+		r = PyObject_CallMethod(objs[i], "flush", NULL);
+		Py_XDECREF(r);
+		PyErr_Clear();
+	}
+}
+
 /* exit_sigint() (Modules/main.c): an uncaught KeyboardInterrupt ends python3 by SIGINT. */
 static NORETURN void exit_sigint(void)
 {
@@ -1254,6 +1276,7 @@ static NORETURN void end(int code)
 		status = Py_FinalizeEx();
 	} else {
 		status = flush_std_files();
+		flush_run_streams();
 		fflush(stdout);
 		fflush(stderr);
 	}

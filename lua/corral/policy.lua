@@ -429,8 +429,9 @@ function Policy:launch_args(opts, run, host)
     if self.deny_tcp == "always" or (self.deny_tcp and own_netns) then add("--deny-tcp") end
     if self.scope ~= false then add("--scope") end
   end
-  -- the prelude flushes the program's output on the launcher's signal before a stop's kill
-  if self:prelude() then add("--flush-signal") end
+  -- the prelude flushes the program's output on the launcher's signal before a stop's kill; not
+  -- through a wrapper (bwrap's monitor would die of the signal at once)
+  if self:prelude() and (self.wrapper_processes or 0) == 0 then add("--flush-signal") end
   if self.seccomp and self.seccomp ~= "off" then
     add("--seccomp", self.seccomp)
     -- inline: the longest list of a run's arguments, on the path of every run

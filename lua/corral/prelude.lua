@@ -8,10 +8,14 @@
 -- Python runs a handler in the main thread between two bytecodes: a program inside one long C
 -- call when the run ends loses what it had buffered, as does one that replaces the handlers,
 -- dies of another signal, or calls os._exit().
+-- The CPU limit's SIGXCPU goes to the thread that was running: a program whose CPU is burnt by
+-- another thread while the main one waits gets no flush, and is killed at the hard limit.
 -- What the program sees is what FILE's run shows: a fresh __main__ with a script's globals,
--- sys.argv = [FILE, ARGS...], sys.orig_argv without the prelude, and an uncaught exception's
--- traceback without the prelude's frame. Only a walk up the stack from module level (the
--- frame's f_back) meets it.
+-- sys.argv = [FILE, ARGS...], sys.orig_argv without the prelude, an uncaught exception printed
+-- without the prelude's frames (and sys.last_* set, a failing or missing sys.excepthook reported
+-- as python3 reports it). The prelude's two frames are there above module level: for a walk up
+-- the stack (f_back, inspect.stack(), traceback.print_stack()), warnings.warn's stacklevel from
+-- module level, and the recursion limit (two frames fewer).
 local M = {}
 
 --- The signal a supervisor sends before it kills a run's processes: SIGRTMAX - 1 in the
@@ -61,6 +65,21 @@ def _corral_run():
     main.__loader__ = sys.modules['_frozen_importlib_external'].SourceFileLoader('__main__', path)
     sys.modules['__main__'] = main
     mine = globals()
+
+    def own(e):
+        # the exception's traceback without the prelude's frames
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_globals is mine:
+            tb = tb.tb_next
+        e.__traceback__ = tb
+        return tb
+
+    def err(text):
+        try:
+            sys.stderr.write(text)
+        except BaseException:
+            pass
+
     try:
         with open(path, 'rb') as f:
             code = compile(f.read(), path, 'exec', dont_inherit=True)
@@ -68,14 +87,32 @@ def _corral_run():
     except SystemExit:
         raise
     except BaseException as e:
-        tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_globals is mine:
-            tb = tb.tb_next
-        e.__traceback__ = tb
-        sys.excepthook(type(e), e, tb)
-        if isinstance(e, KeyboardInterrupt):
-            interrupted.append(e)
-        raise SystemExit(1) from None
+        failed = e
+    else:
+        return
+    # as PyErr_PrintEx(), outside the except clause (an error of the hook has no context):
+    # sys.last_*, the hook, and what a failing or missing hook prints
+    e = failed
+    del failed
+    tb = own(e)
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    hook = getattr(sys, 'excepthook', None)
+    if hook is None:
+        err('sys.excepthook is missing\n')
+        sys.__excepthook__(type(e), e, tb)
+    else:
+        try:
+            hook(type(e), e, tb)
+        except SystemExit:
+            raise
+        except BaseException as e2:
+            err('Error in sys.excepthook:\n')
+            sys.__excepthook__(type(e2), e2, own(e2))
+            err('\nOriginal exception was:\n')
+            sys.__excepthook__(type(e), e, tb)
+    if isinstance(e, KeyboardInterrupt):
+        interrupted.append(e)
+    raise SystemExit(1) from None
 _corral_run()
 ]]):gsub("FLUSH", tostring(M.FLUSH_SIGNAL))
 
