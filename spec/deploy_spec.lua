@@ -106,6 +106,8 @@ end
 -- continuation lines joined.
 local function dockerfile(path)
   local stages, pending = {}, nil
+  -- ARGs before the first FROM: the only ones a FROM line may use
+  local global = {}
   for line in (read(path) .. "\n"):gmatch("(.-)\n") do
     if not line:match("^%s*#") then
       if pending then line = pending .. " " .. line end
@@ -117,8 +119,13 @@ local function dockerfile(path)
         assert(op, "cannot read Dockerfile line: " .. line)
         op = op:upper()
         if op == "FROM" then
+          args = args:gsub("%${?([%w_]+)}?", function(k) return global[k] end)
           local image, name = args:match("^(%S+)%s+[Aa][Ss]%s+(%S+)$")
           stages[#stages + 1] = { from = image or args, name = name, ins = {} }
+        elseif op == "ARG" and #stages == 0 then
+          local k, v = args:match("^([%w_]+)=(%S+)$")
+          assert(k, "a global ARG needs a default: " .. args)
+          global[k] = v
         else
           assert(#stages > 0, op .. " before FROM")
           table.insert(stages[#stages].ins, { op = op, args = args })
@@ -659,6 +666,16 @@ describe("deploy/Dockerfile", function()
   end
   lazy_teardown(function()
     if tree then sh("rm -rf " .. q(tree.tmp)) end
+  end)
+
+  it("builds offline and behind a mirror: no syntax directive, the base image a build argument", function()
+    local text = read("deploy/Dockerfile")
+    -- `# syntax=` makes BuildKit fetch its frontend image from a registry before anything else
+    assert.is_falsy(text:match("^%s*#%s*syntax%s*=") or text:match("\n%s*#%s*syntax%s*="), "a # syntax= directive")
+    assert.is_truthy(text:match("\nARG BASE=debian:bookworm%-slim\n"), "ARG BASE=debian:bookworm-slim before the first FROM")
+    local froms = {}
+    for from in text:gmatch("\nFROM (%S+)") do froms[#froms + 1] = from end
+    assert.are.same({ "${BASE}", "${BASE}" }, froms)
   end)
 
   it("builds on debian:bookworm-slim in two stages, and runs as uid 10001 through tini and corral", function()
