@@ -44,7 +44,8 @@ print("cwd", os.getcwd())
 ]],
     opts = { timeout = 2 },
     expect = { reason = "exit", returncode = 0 },
-    needs = { "empty-env" },
+    -- /proc/self/environ: Landlock grants /proc only when it is the run's own
+    needs = { "empty-env", "private-proc" },
     check = function(r)
       local env_line, raw_line, cwd = r.stdout:match("^([^\n]*)\n([^\n]*)\ncwd ([^\n]*)\n$")
       assert.is_truthy(env_line, r.stdout)
