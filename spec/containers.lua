@@ -1,0 +1,641 @@
+--- The container matrix of `make test-containers` (spec/containers.sh builds the image and runs
+-- the daemon; this drives it). For each configuration (the shipped seccomp profile, Docker's
+-- default profile, gVisor) and each policy (default, warm, bwrap) it starts the image with
+-- deploy/README.md's own `docker run` command, the socket directory bind-mounted from the host,
+-- and then, over that socket:
+--   - records the `limits` and `refused` of a plain run and asserts what deploy/README.md
+--     promises for the configuration (PROMISES below);
+--   - runs every hostile case of spec/hostile/*.lua that makes sense from outside (its code,
+--     options and expectations; not the ones that need host-side setup, a companion run, a
+--     controller child or a policy variant) through POST /v1/run, and for bwrap the seed-003
+--     cases through POST /v1/eval;
+-- plus, once per configuration: the health check turns healthy, `docker stop` drains a run in
+-- progress and exits 0, and no process of the container is left on the host; and the
+-- Deployment's policy (deploy/k8s/policy.lua) either gets the full sandbox or refuses.
+-- Prints TAP-like lines; writes the table of limits/refused into deploy/README.md between its
+-- markers when every configuration ran.
+--
+--     lua5.4 spec/containers.lua --image IMAGE --state DIR --docker /usr/bin/docker --tree DIR
+package.path = "spec/?.lua;lua/?.lua;" .. package.path
+package.cpath = "csrc/?.so;" .. package.cpath
+
+local core = require "corral.core"
+local cjson = require("cjson").new()
+-- the case files' checks use busted's assert
+_G.assert = require "luassert"
+local S = require "hostile.support"
+
+local args = {}
+do
+  local i = 1
+  while arg[i] do
+    local k = arg[i]:match("^%-%-(.+)$")
+    assert(k and arg[i + 1], "usage: containers.lua --image IMAGE --state DIR --docker PATH --tree DIR")
+    args[k] = arg[i + 1]
+    i = i + 2
+  end
+end
+local DOCKER, IMAGE, STATE, TREE = args.docker, args.image, args.state, args.tree
+local SHARED = STATE .. "/shared"
+local SOCK = SHARED .. "/corral.sock"
+local CURL = "/usr/bin/curl"
+-- the controller's own: a request body over it is refused (--max-body)
+local MAX_BODY = 1048576
+-- a run answers within its timeout plus this (HTTP, the container, a busy machine)
+local SLACK = 3
+-- concurrent requests: the controller's default --concurrency, the container's CPUs
+local CONCURRENCY = 2
+local ONLY = os.getenv("CONTAINERS_ONLY")   -- "config/policy" Lua pattern, to look at one
+
+local n_ok, n_fail = 0, 0
+local function ok(fmt, ...) n_ok = n_ok + 1; print("ok - " .. string.format(fmt, ...)) end
+local function not_ok(fmt, ...) n_fail = n_fail + 1; print("not ok - " .. string.format(fmt, ...)) end
+local function skip(fmt, ...) print("ok - " .. string.format(fmt, ...) .. " # SKIP") end
+local function note(fmt, ...) print("# " .. string.format(fmt, ...)) end
+local function check(cond, fmt, ...)
+  if cond then ok(fmt, ...) else not_ok(fmt, ...) end
+  return cond
+end
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+--- Run a shell command; returns its output (stdout and stderr) and whether it exited 0.
+local function sh(cmd)
+  local f = io.popen(cmd .. " 2>&1", "r")
+  local out = f:read("a")
+  local okay = f:close()
+  return out, okay == true
+end
+
+local function docker(...)
+  local parts = { q(DOCKER) }
+  for _, a in ipairs({ ... }) do parts[#parts + 1] = q(a) end
+  return sh(table.concat(parts, " "))
+end
+
+local function sleep(s) os.execute("sleep " .. s) end
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function has(list, v)
+  for _, x in ipairs(list or {}) do if x == v then return true end end
+  return false
+end
+
+local function sorted_keys(t)
+  local ks = {}
+  for k in pairs(t or {}) do ks[#ks + 1] = k end
+  table.sort(ks)
+  return ks
+end
+
+---------------------------------------------------------------------------------------------
+-- deploy/README.md's `docker run` for the controller, as words: the first ```sh block that
+-- starts with `docker run -d --name corral`.
+local function readme_run()
+  local text = read(TREE .. "/deploy/README.md")
+  for block in text:gmatch("```sh\n(.-)```") do
+    if block:match("^docker run %-d %-%-name corral") then
+      local joined = block:gsub("\\\n", " ")
+      local words = {}
+      for w in joined:gmatch("%S+") do words[#words + 1] = w end
+      return words
+    end
+  end
+  error("deploy/README.md has no ```sh block starting with `docker run -d --name corral`")
+end
+
+-- The README's words for one configuration: --name is ours, the socket's tmpfs becomes a bind
+-- mount of a host directory, the image is the one just built; `seccomp = false` drops the
+-- seccomp option (Docker's default profile), `runtime` adds --runtime.
+local function run_words(config, name, cmd)
+  local w = readme_run()
+  local out = {}
+  local i = 3   -- after "docker run"
+  while i <= #w do
+    local a, b = w[i], w[i + 1]
+    if a == "--name" then
+      out[#out + 1] = "--name"; out[#out + 1] = name; i = i + 2
+    elseif a == "--tmpfs" and b:match("^/run/corral:") then
+      out[#out + 1] = "-v"; out[#out + 1] = SHARED .. ":/run/corral"; i = i + 2
+    elseif a == "--security-opt" and b:match("^seccomp=") then
+      if config.seccomp ~= false then
+        out[#out + 1] = a; out[#out + 1] = "seccomp=" .. TREE .. "/" .. b:match("^seccomp=(.*)$")
+      end
+      i = i + 2
+    elseif a == "corral:latest" then
+      if config.runtime then out[#out + 1] = "--runtime"; out[#out + 1] = config.runtime end
+      for _, x in ipairs(config.extra or {}) do out[#out + 1] = x end
+      out[#out + 1] = IMAGE
+      i = i + 1
+    else
+      out[#out + 1] = a; i = i + 1
+    end
+  end
+  for _, c in ipairs(cmd or {}) do out[#out + 1] = c end
+  return out
+end
+
+---------------------------------------------------------------------------------------------
+-- HTTP over the shared socket, with curl.
+
+local function curl_args(method, path, body_file, timeout)
+  local a = { "-sS", "--max-time", string.format("%d", math.ceil(timeout)), "--unix-socket", SOCK,
+              "-o", "-", "-w", "\n%{http_code} %{time_total}", "-X", method }
+  if body_file then
+    a[#a + 1] = "-H"; a[#a + 1] = "Content-Type: application/json"
+    a[#a + 1] = "--data-binary"; a[#a + 1] = "@" .. body_file
+  end
+  a[#a + 1] = "http://corral" .. path
+  return a
+end
+
+local function parse_answer(out)
+  local body, status, t = out:match("^(.*)\n(%d%d%d) ([%d.]+)$")
+  if not body then return { status = 0, error = out } end
+  local okj, obj = pcall(cjson.decode, body)
+  return { status = tonumber(status), time = tonumber(t), body = body, json = okj and obj or nil }
+end
+
+local body_n = 0
+local function body_file(obj)
+  body_n = body_n + 1
+  local p = STATE .. "/body-" .. body_n .. ".json"
+  local f = assert(io.open(p, "wb"))
+  f:write(cjson.encode(obj))
+  f:close()
+  return p
+end
+
+--- One request, waited for.
+local function http(method, path, obj, timeout)
+  local file = obj and body_file(obj)
+  local parts = { q(CURL) }
+  for _, a in ipairs(curl_args(method, path, file, timeout or 30)) do parts[#parts + 1] = q(a) end
+  local out = sh(table.concat(parts, " "))
+  if file then os.remove(file) end
+  return parse_answer(out)
+end
+
+--- Requests `list` ({path, body, timeout, done = function(answer)}), `CONCURRENCY` at a time.
+local function http_many(list)
+  local running, next_i = 0, 1
+  local function start_more()
+    while running < CONCURRENCY and next_i <= #list do
+      local r = list[next_i]
+      next_i = next_i + 1
+      local file = body_file(r.body)
+      running = running + 1
+      local spawned, err = core.spawn {
+        file = CURL, args = curl_args("POST", r.path, file, r.timeout), env = { "PATH=/usr/bin:/bin" },
+        timeout = r.timeout + 5, stdout_cap = 64 * 1048576,
+        on_exit = function(raw)
+          os.remove(file)
+          running = running - 1
+          r.done(parse_answer(raw.stdout .. (raw.exit_status ~= 0 and raw.stderr or "")))
+          start_more()
+        end,
+      }
+      if not spawned then
+        running = running - 1
+        r.done({ status = 0, error = "cannot start curl: " .. tostring(err) })
+      end
+    end
+  end
+  start_more()
+  while running > 0 do core.run("once") end
+end
+
+---------------------------------------------------------------------------------------------
+-- Containers.
+
+local started = {}
+
+local function inspect(name, fmt)
+  local out, okay = docker("inspect", "-f", fmt, name)
+  return okay and out:gsub("%s+$", "") or nil
+end
+
+local function remove(name)
+  docker("rm", "-f", name)
+  started[name] = nil
+end
+
+local function wait_for(pred, seconds)
+  local deadline = core.hrtime() + seconds
+  repeat
+    if pred() then return true end
+    sleep(0.2)
+  until core.hrtime() > deadline
+  return pred()
+end
+
+--- Start a container; returns its name once /healthz answers 200, or nil and why.
+local function start(config, policy_name, cmd)
+  local name = "corral-" .. config.name .. "-" .. policy_name
+  remove(name)
+  os.remove(SOCK)
+  local out, okay = docker("run", table.unpack(run_words(config, name, cmd)))
+  if not okay then return nil, "docker run failed: " .. out end
+  started[name] = true
+  local up = wait_for(function()
+    local a = http("GET", "/healthz", nil, 3)
+    return a.status == 200
+  end, 30)
+  if not up then
+    local logs = docker("logs", name)
+    return nil, "no 200 from /healthz within 30 s; state " .. tostring(inspect(name, "{{.State.Status}} exit {{.State.ExitCode}}"))
+      .. "; logs: " .. logs:sub(1, 800)
+  end
+  return name
+end
+
+-- The controller's pid inside the container (the child of tini running `corral serve`).
+local function controller_pid(name)
+  local out = docker("exec", name, "python3", "-I", "-c", [[
+import os
+for p in os.listdir('/proc'):
+    if p.isdigit() and p != '1':
+        try:
+            a = open('/proc/%s/cmdline' % p, 'rb').read().split(b'\0')
+        except OSError:
+            continue
+        if b'serve' in a and any(x.endswith(b'/corral') for x in a):
+            print(p)
+            break
+]])
+  return tonumber(out:match("^(%d+)"))
+end
+
+-- Host pids that belong to a container: its init, every process in its cgroups, and every
+-- process naming its id (containerd's shim, runsc's sandbox and gofer). With start times, so a
+-- reused pid is not taken for a survivor.
+local function start_time(pid)
+  local f = io.open("/proc/" .. pid .. "/stat", "r")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s:match("%) %S+" .. string.rep(" %S+", 18) .. " (%d+)")
+end
+
+local function container_pids(name)
+  local id = inspect(name, "{{.Id}}")
+  local pids = {}
+  local function add(pid)
+    pid = tonumber(pid)
+    if pid and pid > 0 and not pids[pid] then pids[pid] = start_time(pid) end
+  end
+  add(inspect(name, "{{.State.Pid}}"))
+  if id then
+    for _, ctl in ipairs({ "pids", "memory", "cpu" }) do
+      local f = io.open("/sys/fs/cgroup/" .. ctl .. "/docker/" .. id .. "/cgroup.procs", "r")
+      if f then
+        for line in f:lines() do add(line) end
+        f:close()
+      end
+    end
+    for _, d in ipairs(core.listdir("/proc") or {}) do
+      if d:match("^%d+$") then
+        local f = io.open("/proc/" .. d .. "/cmdline", "rb")
+        local c = f and f:read("a")
+        if f then f:close() end
+        if c and c:find(id, 1, true) then add(d) end
+      end
+    end
+  end
+  return pids
+end
+
+local function survivors(pids)
+  local left = {}
+  for pid, st in pairs(pids) do
+    if st and start_time(pid) == st then left[#left + 1] = pid end
+  end
+  return left
+end
+
+--- The container's life: its HEALTHCHECK turns healthy; `docker stop` (SIGTERM to tini, which
+-- forwards it) lets a run in progress finish and answer, and the controller exits 0; then no
+-- process of the container is left on the host.
+local function check_lifecycle(where, name)
+  local healthy = wait_for(function() return inspect(name, "{{.State.Health.Status}}") == "healthy" end, 60)
+  check(healthy, "%s: the image's HEALTHCHECK turns healthy (%s)", where, tostring(inspect(name, "{{.State.Health.Status}}")))
+  local pids = container_pids(name)
+  local answer, stopped
+  local file = body_file({ code = "import time\nprint('running', flush=True)\ntime.sleep(2)\nprint('drained')", timeout = 10 })
+  assert(core.spawn {
+    file = CURL, args = curl_args("POST", "/v1/run", file, 30), env = { "PATH=/usr/bin:/bin" }, timeout = 40,
+    on_exit = function(raw) answer = parse_answer(raw.stdout) end,
+  })
+  -- the run has started when the stop comes: a second later, well inside its two seconds
+  assert(core.spawn {
+    file = "/bin/sh", args = { "-c", "sleep 1; exec \"$0\" stop -t 30 \"$1\"", DOCKER, name },
+    env = { "PATH=/usr/bin:/bin", "DOCKER_HOST=" .. os.getenv("DOCKER_HOST") }, timeout = 60,
+    on_exit = function(raw) stopped = raw end,
+  })
+  while not (answer and stopped) do core.run("once") end
+  os.remove(file)
+  check(answer.status == 200 and answer.json and answer.json.stdout == "running\ndrained\n",
+    "%s: docker stop lets the run in progress finish and answer (HTTP %s %s)", where, tostring(answer.status),
+    tostring(answer.body or answer.error):sub(1, 200))
+  check(stopped.exit_status == 0 and inspect(name, "{{.State.ExitCode}}") == "0",
+    "%s: docker stop drains and the container exits 0 (docker stop %d, exit code %s; log: %s)", where,
+    stopped.exit_status, tostring(inspect(name, "{{.State.ExitCode}}")), (docker("logs", "--tail", "3", name)):gsub("\n", " | "))
+  local n = 0
+  for _ in pairs(pids) do n = n + 1 end
+  local gone = wait_for(function() return #survivors(pids) == 0 end, 10)
+  check(gone and n > 0, "%s: none of the container's %d host processes is left after it stopped%s", where, n,
+    gone and "" or (": " .. table.concat(survivors(pids), " ")))
+end
+
+---------------------------------------------------------------------------------------------
+-- What deploy/README.md promises per configuration: protections every run's `limits` lists,
+-- and ones it must not list (what that configuration cannot give, which `refused` explains).
+local CONFIGS = {
+  {
+    name = "seccomp-corral", label = "runc, `seccomp-corral.json`",
+    promise = {
+      default = { has = { "pid-namespace", "no-network", "user-namespace", "private-ipc", "private-tmp",
+                          "work-tmpfs", "seccomp", "filesystem", "budget-cpu", "budget-memory" },
+                  lacks = { "private-proc" }, refused = { "private-proc" } },
+      bwrap = { has = { "no-network", "read-only-root", "pid-namespace" } },
+    },
+  },
+  {
+    name = "docker-default", label = "runc, Docker's default profile", seccomp = false,
+    promise = {
+      default = { has = { "seccomp", "filesystem", "deny-sockets", "unix-pairs-only", "subreaper",
+                          "budget-cpu", "budget-memory" },
+                  lacks = { "pid-namespace", "no-network", "user-namespace", "private-tmp", "work-tmpfs" },
+                  refused = { "pid-namespace", "no-network", "private-tmp", "work-tmpfs" } },
+      bwrap = { has = { "seccomp", "filesystem", "deny-sockets", "unix-pairs-only" },
+                lacks = { "read-only-root", "no-network" }, refused = { "bwrap" } },
+    },
+  },
+  {
+    name = "gvisor", label = "gVisor (`--runtime runsc`)", runtime = "runsc",
+    promise = {
+      default = { has = { "pid-namespace", "no-network", "user-namespace", "private-ipc", "seccomp",
+                          "budget-cpu", "budget-memory" },
+                  lacks = { "filesystem", "private-tmp", "work-tmpfs" },
+                  refused = { "filesystem", "private-tmp", "work-tmpfs" } },
+      bwrap = { has = { "pid-namespace", "no-network", "user-namespace", "seccomp" },
+                lacks = { "read-only-root" }, refused = { "bwrap" } },
+    },
+  },
+}
+for _, c in ipairs(CONFIGS) do c.promise.warm = c.promise.default end
+local POLICIES = { "default", "warm", "bwrap" }
+
+-- what each configuration and policy got: rows of the README table
+local table_rows = {}
+
+local function check_promise(config, policy_name, res)
+  local p = config.promise[policy_name] or {}
+  local where = config.name .. "/" .. policy_name
+  local bad = {}
+  for _, n in ipairs(p.has or {}) do if not has(res.limits, n) then bad[#bad + 1] = "lacks " .. n end end
+  for _, n in ipairs(p.lacks or {}) do if has(res.limits, n) then bad[#bad + 1] = "lists " .. n end end
+  for _, n in ipairs(p.refused or {}) do
+    if not (res.refused and res.refused[n]) then bad[#bad + 1] = "does not say why " .. n .. " is refused" end
+  end
+  check(#bad == 0, "%s: a run's limits and refused are what deploy/README.md promises%s", where,
+    #bad > 0 and (": " .. table.concat(bad, ", ") .. " (limits: " .. table.concat(res.limits or {}, " ")
+      .. "; refused: " .. table.concat(sorted_keys(res.refused), " ") .. ")") or "")
+end
+
+---------------------------------------------------------------------------------------------
+-- The hostile cases.
+
+local SKIP_FIELDS = { "setup", "teardown", "companion", "controller", "variant", "inspector_variant" }
+-- cases whose subject is the host itself
+local HOST_ONLY = {
+  ["the controller's source tree is unreadable"] =
+    "its subject is the host's checkout; the image's corral is under /usr, readable as python's own files are",
+}
+local RUN_FIELDS = { timeout = 1, cpu_seconds = 1, memory_mb = 1, file_mb = 1, processes = 1, open_files = 1,
+                     max_output = 1, stdin = 1 }
+
+local function as_list(v)
+  if v == nil then return {} end
+  if type(v) == "table" then return v end
+  return { v }
+end
+
+-- Every way `r` falls short of the case's expectation (hostile_spec.lua's evaluate(), without
+-- what only the host can see: survivors, host leaks, the next run).
+local function evaluate(case, ctx, r, elapsed, timeout)
+  local P = {}
+  local function bad(fmt, ...) P[#P + 1] = string.format(fmt, ...) end
+  if elapsed > timeout + SLACK then bad("took %.2f s, more than timeout + %d s", elapsed, SLACK) end
+  local e = case.expect
+  if type(e) == "function" then e = e(ctx) end
+  e = e or {}
+  for _, k in ipairs({ "reason", "returncode", "ok", "timed_out", "truncated" }) do
+    if e[k] ~= nil and r[k] ~= e[k] then bad("%s is %s, expected %s", k, tostring(r[k]), tostring(e[k])) end
+  end
+  if e.signal ~= nil then
+    local sig = r.signal ~= cjson.null and r.signal or nil
+    if sig ~= (e.signal or nil) then bad("signal is %s, expected %s", tostring(sig), tostring(e.signal or nil)) end
+  end
+  for _, stream in ipairs({ "stdout", "stderr" }) do
+    for _, pat in ipairs(as_list(e[stream])) do
+      if not r[stream]:find(pat) then bad("%s does not match %q: %q", stream, pat, r[stream]:sub(1, 300)) end
+    end
+    for _, pat in ipairs(as_list(e[stream .. "_not"])) do
+      if r[stream]:find(pat) then bad("%s matches %q: %q", stream, pat, r[stream]:sub(1, 300)) end
+    end
+  end
+  if e.stdout_exact and r.stdout ~= e.stdout_exact then
+    bad("stdout is %q, expected %q", r.stdout:sub(1, 300), e.stdout_exact)
+  end
+  if e.max_elapsed and elapsed > e.max_elapsed + SLACK then
+    bad("took %.2f s, expected at most %.2f s (+%d)", elapsed, e.max_elapsed, SLACK)
+  end
+  local unseen
+  if case.check then
+    -- a check that reads a field the HTTP result does not carry (the library's byte counts)
+    -- does not apply here
+    local missing = {}
+    local proxy = setmetatable({}, { __index = function(_, k)
+      if r[k] == nil then missing[#missing + 1] = k end
+      return r[k]
+    end })
+    local okc, err = pcall(case.check, proxy, ctx, { res = proxy, elapsed = elapsed })
+    if not okc and #missing > 0 then
+      unseen = "its check reads " .. table.concat(missing, " ") .. ", which the HTTP result does not carry"
+    elseif not okc then
+      bad("check: %s", tostring(err))
+    end
+  end
+  return P, unseen
+end
+
+-- The cases that make sense from outside, with the request each sends; the others with why not.
+local function eligible_cases(ctx_base)
+  local runnable, skipped = {}, {}
+  for _, case in ipairs(S.load_cases()) do
+    local why
+    for _, k in ipairs(SKIP_FIELDS) do
+      if case[k] then why = "needs " .. k; break end
+    end
+    if not why and HOST_ONLY[case.name] then why = HOST_ONLY[case.name] end
+    local body
+    if not why then
+      local ctx = {}
+      for k, v in pairs(ctx_base) do ctx[k] = v end
+      ctx.name, ctx.marker, ctx.token = case.name, S.marker(ctx_base.prefix, case.index), S.host_token(ctx_base.prefix, case.index)
+      local okc, code = pcall(S.case_code, case, ctx)
+      local opts = case.opts
+      if type(opts) == "function" then opts = opts(ctx) end
+      body = { code = okc and code or "" }
+      if not okc then why = "its code needs the host: " .. tostring(code) end
+      for k, v in pairs(opts or {}) do
+        if not RUN_FIELDS[k] then why = why or ("option " .. k .. " is not a request field") end
+        body[k] = v
+      end
+      local text = cjson.encode(body)
+      if not why and #text > MAX_BODY then why = "its body is over the controller's 1 MiB --max-body" end
+      if not why and select(2, core.utf8_repair(text)) == false then why = "its body is not UTF-8 (JSON cannot carry it)" end
+      case.ctx = ctx
+    end
+    if why then
+      skipped[#skipped + 1] = { case = case, why = why }
+    else
+      runnable[#runnable + 1] = { case = case, body = body }
+    end
+  end
+  return runnable, skipped
+end
+
+local function run_cases(where, name, policy_name, ctx_base, limits_seen)
+  local runnable, skipped = eligible_cases(ctx_base)
+  local list = {}
+  for _, item in ipairs(runnable) do
+    local case, body = item.case, item.body
+    local timeout = body.timeout or ({ bwrap = 10 })[policy_name] or 5
+    local needs_missing = {}
+    for _, n in ipairs(case.needs or {}) do
+      if not has(limits_seen, n) then needs_missing[#needs_missing + 1] = n end
+    end
+    if #needs_missing > 0 then
+      skip("%s: %s: needs %s, which this configuration does not give", where, case.name, table.concat(needs_missing, " "))
+    else
+      list[#list + 1] = {
+        path = "/v1/run", body = body, timeout = timeout + SLACK + 5,
+        done = function(a)
+          if a.status ~= 200 or not a.json then
+            return not_ok("%s: %s: HTTP %s %s", where, case.name, tostring(a.status), tostring(a.body or a.error):sub(1, 400))
+          end
+          local problems, unseen = evaluate(case, case.ctx, a.json, a.time, timeout)
+          if #problems == 0 and unseen then
+            skip("%s: %s: %s", where, case.name, unseen)
+          elseif #problems == 0 then
+            ok("%s: %s", where, case.name)
+          else
+            local r = a.json
+            not_ok("%s: %s\n#   %s\n#   (reason %s, returncode %s, limits: %s)\n#   stdout: %q\n#   stderr: %q", where, case.name,
+              table.concat(problems, "\n#   "), tostring(r.reason), tostring(r.returncode),
+              table.concat(r.limits or {}, " "), tostring(r.stdout):sub(1, 200), tostring(r.stderr):sub(-300))
+          end
+        end,
+      }
+    end
+  end
+  http_many(list)
+  return #skipped, skipped
+end
+
+---------------------------------------------------------------------------------------------
+
+local prefix = "ctr" .. S.random_hex(4)
+local all_ran = true
+
+local function probe_line(res)
+  local refused = {}
+  for _, k in ipairs(sorted_keys(res.refused)) do
+    refused[#refused + 1] = k .. " (" .. tostring(res.refused[k].errno) .. ")"
+  end
+  return table.concat(res.limits or {}, " "), table.concat(refused, ", ")
+end
+
+for _, config in ipairs(CONFIGS) do
+  for _, policy_name in ipairs(POLICIES) do
+    local where = config.name .. "/" .. policy_name
+    if ONLY and not where:find(ONLY) then goto next_policy end
+    do
+      local cmd = policy_name ~= "default" and { "serve", "--listen", "unix:/run/corral/corral.sock", "--policy", policy_name } or nil
+      local name, err = start(config, policy_name, cmd)
+      if not check(name, "%s: the container starts as deploy/README.md says and answers /healthz%s", where,
+          name and "" or (": " .. tostring(err))) then
+        all_ran = false
+        goto next_policy
+      end
+      local a = http("POST", "/v1/run", { code = "print(6 * 7)" }, 60)
+      if not check(a.status == 200 and a.json and a.json.stdout == "42\n",
+          "%s: POST /v1/run prints 42%s", where, a.status == 200 and "" or (": HTTP " .. tostring(a.status) .. " " .. tostring(a.body or a.error):sub(1, 400))) then
+        all_ran = false
+        remove(name)
+        goto next_policy
+      end
+      local res = a.json
+      check_promise(config, policy_name, res)
+      local limits, refused = probe_line(res)
+      table_rows[#table_rows + 1] = { config = config.label, policy = policy_name, limits = limits, refused = refused,
+                                      network_isolated = res.network_isolated }
+      local ctx_base = { prefix = prefix, host_home = "/nonexistent", tree = "/usr/local/share/lua/5.4/corral",
+                         controller_pid = controller_pid(name) or 1, root = false, host_uid = 10001,
+                         world_writable = {} }
+      local n_skipped, skipped = run_cases(where, name, policy_name, ctx_base, res.limits)
+      if policy_name == "default" and config.name == CONFIGS[1].name then
+        local why = {}
+        for _, s in ipairs(skipped) do why[s.why:match("^(%S+ %S+)")] = (why[s.why:match("^(%S+ %S+)")] or 0) + 1 end
+        local parts = {}
+        for _, k in ipairs(sorted_keys(why)) do parts[#parts + 1] = why[k] .. " " .. k end
+        note("hostile cases not run from outside: %d (%s)", n_skipped, table.concat(parts, ", "))
+      end
+      if policy_name == "default" then check_lifecycle(where, name) end
+      remove(name)
+    end
+    ::next_policy::
+  end
+end
+
+-- The table of what each configuration and policy got, between deploy/README.md's markers.
+local BEGIN = "<!-- containers table: written by make test-containers (spec/containers.lua) -->"
+local END = "<!-- end of containers table -->"
+local function write_table()
+  local lines = { BEGIN, "",
+    "| configuration | policy | network isolated | `limits` | `refused` (errno) |",
+    "|---|---|---|---|---|" }
+  for _, r in ipairs(table_rows) do
+    lines[#lines + 1] = string.format("| %s | %s | %s | %s | %s |", r.config, r.policy,
+      r.network_isolated and "yes" or "no", r.limits, r.refused ~= "" and r.refused or "nothing")
+  end
+  lines[#lines + 1] = ""
+  lines[#lines + 1] = END
+  local path = TREE .. "/deploy/README.md"
+  local text = read(path)
+  local a = text:find(BEGIN, 1, true)
+  local b = a and text:find(END, a, true)
+  if not check(a and b, "deploy/README.md has the containers table's markers") then return end
+  local new = text:sub(1, a - 1) .. table.concat(lines, "\n") .. text:sub(b + #END)
+  if new ~= text then
+    local f = assert(io.open(path, "wb"))
+    f:write(new)
+    f:close()
+    note("deploy/README.md: the containers table was rewritten from this run")
+  else
+    note("deploy/README.md: the containers table is as this run found")
+  end
+end
+
+for name in pairs(started) do remove(name) end
+if all_ran and not ONLY then write_table() end
+print(string.format("# containers.lua: %d ok, %d not ok", n_ok, n_fail))
+os.exit(n_fail == 0 and 0 or 1)
