@@ -12,6 +12,12 @@ local policy = require "corral.policy"
 local core = require "corral.core"
 local host = require "corral.host"
 
+-- Where bubblewrap cannot run (no user namespace for it: a container's default seccomp profile;
+-- a kernel interface it needs that is missing: gVisor has no /proc/sys/kernel/overflowuid), the
+-- runs get the launcher's own sandbox instead, the `default` policy's confinement with this
+-- policy's limits: namespaces, Landlock (a read-only view but for the work dir), seccomp. Their
+-- `refused` says so under `bwrap`, and `limits` lists what applied. `bwrap_fallback = false`
+-- makes such runs fail instead.
 local P = policy.load("default"):extend {
   name = "bwrap",
   description = "eval_in_sandbox's sandbox: bubblewrap --unshare-all, read-only root of what python needs, rlimits",
@@ -34,6 +40,7 @@ local P = policy.load("default"):extend {
   dev_shm_mb = 16,
   -- where the relay appears inside the sandbox
   relay_path = "/run/corral-launch",
+  bwrap_fallback = true,
 }
 
 -- Directories the dynamic loader searches (its defaults and /etc/ld.so.conf's), where a
@@ -145,6 +152,56 @@ function P.symlink_binds(python, roots)
   return out
 end
 
+local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- bwrap path → true, or why it cannot run here: tried once per process, as every run starts it
+local usable = {}
+local function try_bwrap(bwrap, python)
+  if usable[bwrap] == nil then
+    local f = io.popen(shell_quote(bwrap) .. " --unshare-all --die-with-parent --ro-bind / / "
+      .. shell_quote(python) .. " -I -S -c '' 2>&1", "r")
+    local out = f and f:read("a") or ""
+    local ok = f and f:close()
+    usable[bwrap] = ok == true or (out:match("(bwrap: [^\n]*)") or ("bwrap failed: " .. out:sub(1, 200)))
+  end
+  return usable[bwrap]
+end
+
+-- bwrap opens /proc/<its own pid>/ns/..., so under a PID namespace of the launcher it needs that
+-- namespace's own /proc. In a user namespace the kernel refuses a fresh proc mount while
+-- anything is mounted over parts of the current one (a container runtime's masked paths; an
+-- empty binfmt_misc is allowed): there bwrap's own PID namespace (--unshare-pid) is the run's.
+local function proc_masked()
+  local f = io.open("/proc/self/mountinfo", "r")
+  if not f then return false end
+  local masked = false
+  for line in f:lines() do
+    local mp = line:match("^%S+ %S+ %S+ %S+ (%S+)")
+    if mp and mp:sub(1, 6) == "/proc/" and mp ~= "/proc/sys/fs/binfmt_misc" then masked = true break end
+  end
+  f:close()
+  return masked
+end
+
+-- the policies runs use where bwrap cannot run, or with bwrap's PID namespace only
+local variants = setmetatable({}, { __mode = "k" })
+local function variant(self, kind)
+  local v = variants[self] or {}
+  variants[self] = v
+  if not v[kind] then
+    if kind == "fallback" then
+      v[kind] = policy.load("default"):extend {
+        name = self.name, description = self.description, defaults = self.defaults, maxima = self.maxima,
+        clamp = self.clamp, python_args = self.python_args, code_name = self.code_name, network = "new",
+      }
+    else
+      -- bwrap's pid 1 is a process of the run's uid too
+      v[kind] = self:extend { pid_namespace = false, wrapper_processes = self.wrapper_processes + 1 }
+    end
+  end
+  return v[kind]
+end
+
 function P:prepare(opts, h)
   local o, err, code = policy.Policy.prepare(self, opts, h)
   if not o then return nil, err, code end
@@ -154,6 +211,13 @@ function P:prepare(opts, h)
   local launcher, lerr, lcode = require("corral.paths").launcher()
   if not launcher then return nil, lerr, lcode end
   o.launcher_exe = launcher
+  local state = try_bwrap(bwrap, o.python_exe)
+  if state ~= true then
+    if self.bwrap_fallback == false then return nil, "EPERM: bubblewrap cannot run here: " .. state, "EPERM" end
+    o.bwrap_refused = state
+  elseif self.pid_namespace and not h.root and proc_masked() then
+    o.bwrap_pidns = true
+  end
   return o
 end
 
@@ -164,6 +228,10 @@ function P:command(opts, run)
               "--unshare-cgroup-try", "--new-session", "--die-with-parent", "--clearenv",
               "--chdir", "/home", "--ro-bind", run.code_dir, "/home" }
   local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
+  -- where a container masks /proc the PID namespace is bwrap's (see proc_masked): its pid 1 is
+  -- then the relay's parent, which ignores the relay's signal, and a death by signal N comes
+  -- back as bwrap's exit 128+N
+  if opts.bwrap_pidns then add("--unshare-pid") end
   -- /lib, /lib64, /bin as the host has them: symlinks into /usr on merged-/usr systems
   for _, d in ipairs({ "/bin", "/lib", "/lib64", "/lib32", "/sbin" }) do
     local st = core.lstat(d)
@@ -189,9 +257,11 @@ end
 -- The relay's directory stays in sight when it lies under one of the launcher's scratch mounts
 -- (a source tree in /tmp), as an interpreter's does.
 function P:launch_args(opts, run, h)
-  local a = policy.Policy.launch_args(self, opts, run, h)
+  if opts.bwrap_refused then return variant(self, "fallback"):launch_args(opts, run, h) end
+  local pol = opts.bwrap_pidns and variant(self, "own-pidns") or self
+  local a = policy.Policy.launch_args(pol, opts, run, h)
   local dir = opts.launcher_exe:match("^(.*)/[^/]*$")
-  for path in pairs(self.pid_namespace and self.tmpfs or {}) do
+  for path in pairs(pol.pid_namespace and pol.tmpfs or {}) do
     if dir and dir:sub(1, #path + 1) == path .. "/" then
       table.insert(a, 1, dir)
       table.insert(a, 1, "--ro-bind")
@@ -202,13 +272,24 @@ function P:launch_args(opts, run, h)
 end
 
 function P:limits(raw, opts, rep, run)
+  if opts.bwrap_refused then return variant(self, "fallback"):limits(raw, opts, rep, run) end
   local l = policy.Policy.limits(self, raw, opts, rep, run)
   l[#l + 1] = "no-network"
   l[#l + 1] = "read-only-root"
+  if opts.bwrap_pidns then l[#l + 1] = "pid-namespace" end
   return l
 end
 
 function P:result(raw, opts, run, h)
+  if opts.bwrap_refused then
+    local res, err, code = policy.Policy.result(variant(self, "fallback"), raw, opts, run, h)
+    if res then
+      res.refused = res.refused or {}
+      res.refused.bwrap = { errno = "EPERM", message = opts.bwrap_refused
+        .. ": bubblewrap cannot run here; the launcher's own namespaces, Landlock and seccomp applied instead" }
+    end
+    return res, err, code
+  end
   -- bwrap reports its own setup failures as one line "bwrap: ..." on stderr with exit status 1,
   -- before the interpreter starts
   if raw.exit_status == 1 and raw.stdout_bytes == 0 and (raw.stderr or ""):match("^bwrap: [^\n]*\n?$") then

@@ -6,6 +6,7 @@
 -- loaded with libseccomp, as a container runtime would, around real corral probes and runs.
 local H = require "helper"
 local cjson = require "cjson"
+local core = require "corral.core"
 local policy = require "corral.policy"
 
 local PY = "/usr/bin/python3"
@@ -1025,5 +1026,57 @@ describe("deploy/k8s/seccomp-corral.json", function()
     if base.landlock_abi > 0 then assert.is_true(dl.filesystem, "Landlock under the runtime default") end
     assert.is_false(rd.network_isolated)
     assert.are_not.equal("2\n", rd.stdout, "no PID namespace under the runtime default")
+  end)
+
+  -- The same, with /proc as Docker leaves it (spec/docker_proc.sh), as nobody from a copy of
+  -- the tree nobody can read: root only, for the mounts.
+  local masked_tree
+  local function masked(mode, cmd, stdin)
+    if not masked_tree then
+      masked_tree = H.sh("mktemp -d /tmp/corral-masked.XXXXXX"):gsub("%s+$", "")
+      assert(select(2, sh("cp -a bin lua policies csrc " .. q(masked_tree) .. " && mkdir -p " .. q(masked_tree)
+        .. "/spec " .. q(masked_tree) .. "/deploy/k8s && cp spec/seccomp_exec.py spec/docker_proc.sh "
+        .. q(masked_tree) .. "/spec/ && cp " .. PROFILE .. " " .. q(masked_tree) .. "/deploy/k8s/ && chmod -R a+rX "
+        .. q(masked_tree))))
+    end
+    return sh("cd " .. q(masked_tree) .. " && " .. (stdin and ("printf '%s\\n' " .. q(stdin) .. " | ") or "")
+      .. "unshare -m -p -f --mount-proc --propagation private sh spec/docker_proc.sh " .. PY
+      .. " spec/seccomp_exec.py " .. PROFILE .. (mode == "default" and " --runtime-default" or "") .. " -- " .. cmd)
+  end
+  lazy_teardown(function()
+    if masked_tree then sh("rm -rf " .. q(masked_tree)) end
+  end)
+
+  it("runs the bwrap policy under Docker's masked /proc: in bwrap's own PID namespace, or in the launcher's sandbox where bwrap cannot run", function()
+    if core.geteuid() ~= 0 then
+      pending("replaying a container's /proc needs root (mounts over /proc)")
+      return
+    end
+    local prog = "import os\nprint(os.getpid())"
+    local full_out = masked("corral", H.cli .. " run --policy bwrap --json -", prog)
+    local full = cjson.decode(full_out)
+    assert.is_true(full.ok, full_out)
+    assert.are.equal("2\n", full.stdout, "the program is the first child of bwrap's PID namespace")
+    for _, l in ipairs({ "pid-namespace", "no-network", "read-only-root" }) do
+      assert.is_true(set(full.limits)[l], l .. " under the profile: " .. table.concat(full.limits, " "))
+    end
+    -- the default policy's own /proc is refused there, and says so
+    local def = cjson.decode((masked("corral", H.cli .. " run --json -", prog)))
+    assert.is_true(def.ok)
+    assert.is_nil(set(def.limits)["private-proc"])
+    assert.are.equal("EPERM", def.refused["private-proc"].errno)
+    -- no user namespace for bwrap under the runtime default: the launcher's sandbox instead
+    local base = cjson.decode((sh(H.cli .. " probe --json")))
+    local rd_out = masked("default", H.cli .. " run --policy bwrap --json -", prog)
+    local rd = cjson.decode(rd_out)
+    assert.is_true(rd.ok, rd_out)
+    assert.is_truthy(rd.refused and rd.refused.bwrap, rd_out)
+    assert.is_truthy(rd.refused.bwrap.message:find("bwrap: ", 1, true), rd.refused.bwrap.message)
+    local rl = set(rd.limits)
+    assert.is_nil(rl["read-only-root"], "bwrap's read-only root is not claimed")
+    for _, l in ipairs({ "seccomp", "deny-sockets", "unix-pairs-only", "subreaper" }) do
+      assert.is_true(rl[l], l .. " in the fallback: " .. table.concat(rd.limits, " "))
+    end
+    if base.landlock_abi > 0 then assert.is_true(rl.filesystem, "Landlock in the fallback") end
   end)
 end)
