@@ -1047,6 +1047,32 @@ describe("deploy/k8s/seccomp-corral.json", function()
     if masked_tree then sh("rm -rf " .. q(masked_tree)) end
   end)
 
+  it("is what the Deployment runs under, and its policy refuses to serve without the sandbox", function()
+    local d = find(yaml_docs("deploy/k8s/deployment.yaml"), "Deployment")
+    local pod = d.spec.template.spec
+    for _, sc in ipairs({ pod.securityContext, pod.containers[1].securityContext }) do
+      assert.are.same({ type = "Localhost", localhostProfile = "profiles/corral.json" }, sc.seccompProfile)
+    end
+    local p = policy.load("deploy/k8s/policy.lua")
+    local req = set(p.require or {})
+    for _, l in ipairs({ "user-namespace", "pid-namespace", "no-network", "private-tmp", "work-tmpfs", "seccomp" }) do
+      assert.is_true(req[l], "policy.lua requires " .. l)
+    end
+    -- a protection no host gives: corral serve says what it would enforce, then refuses to start
+    local dir = H.sh("mktemp -d /tmp/corral-require.XXXXXX"):gsub("%s+$", "")
+    local pol = dir .. "/p.lua"
+    local f = assert(io.open(pol, "w"))
+    f:write('return require("corral.policy").load("default"):extend { name = "strict", require = { "pid-namespace", "no-such-protection" } }\n')
+    f:close()
+    local out, okay = sh("timeout 60 " .. H.cli .. " serve --listen unix:" .. dir .. "/s.sock --policy " .. pol .. " 2>&1")
+    sh("rm -rf " .. q(dir))
+    assert.is_false(okay, out)
+    assert.is_truthy(out:find("corral serve: refusing to start: ENOTSUP: policy 'strict' requires", 1, true), out)
+    assert.is_truthy(out:find("no-such-protection (not applied)", 1, true), out)
+    assert.is_truthy(out:find("protection applied=yes name=seccomp", 1, true), out)
+    assert.is_falsy(out:find("listening", 1, true), out)
+  end)
+
   it("runs the bwrap policy under Docker's masked /proc: in bwrap's own PID namespace, or in the launcher's sandbox where bwrap cannot run", function()
     if core.geteuid() ~= 0 then
       pending("replaying a container's /proc needs root (mounts over /proc)")

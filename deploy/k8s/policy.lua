@@ -10,6 +10,12 @@
 --   (maxima.memory_mb, plus each run's in-memory tmpfs mounts and work dir) and the /tmp volume.
 -- A request over a maximum is refused, naming the option (clamp = false): a caller learns the
 -- limit instead of silently getting less.
+--
+-- `require`: what the Deployment promises (the full sandbox, which its Localhost seccomp profile
+-- gives). `corral serve` probes the policy before it listens and refuses to start, naming what
+-- is missing and why, where a run would lack any of these (the runtime's default seccomp
+-- profile, a node without user namespaces): the pod crash-loops loudly instead of serving
+-- degraded runs.
 local policy = require "corral.policy"
 
 return policy.load("default"):extend {
@@ -20,4 +26,6 @@ return policy.load("default"):extend {
     open_files = 256, max_output = 1000000,
   },
   clamp = false,
+  require = { "user-namespace", "pid-namespace", "no-network", "private-ipc", "private-tmp", "work-tmpfs",
+              "seccomp", "filesystem", "budget-cpu", "budget-memory" },
 }

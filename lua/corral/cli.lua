@@ -422,9 +422,15 @@ local function cmd_serve(args)
     if env and env ~= "" then token = env end
   end
   opts.token = token
+  -- what every run will and will not get, logged before the server listens
+  opts.probe = true
   local serve = require "corral.serve"
-  local ok, srv, err = pcall(serve.start, opts)
+  local ok, srv, err, code = pcall(serve.start, opts)
   if not ok then return usage_error(flag_error(srv, SERVE_FLAGS)) end
+  if not srv and code == "ENOTSUP" then
+    say(io.stderr, "corral serve: refusing to start: " .. tostring(err) .. "\n")
+    return 1
+  end
   if not srv then
     -- the host's message names the socket path or the address it bound: given the address
     -- the user wrote only when that differs (a host name, resolved)

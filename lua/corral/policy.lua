@@ -38,6 +38,9 @@
 -- user namespace, e.g. inotify_instances), `pending_signals` (RLIMIT_SIGPENDING: queued signals
 -- and POSIX timers), `message_queue_bytes` (RLIMIT_MSGQUEUE), `deny_pipe_growth` (seccomp refuses
 -- F_SETPIPE_SZ above a pipe's default 64 KiB).
+-- Promises: `require` (a list of `limits` names, e.g. {"pid-namespace", "no-network"}): what
+-- every run of this policy must get. `corral serve` probes the policy before it listens and
+-- refuses to start, naming each one and why the host refuses it, when a run would lack any.
 -- Speed: `warm` (false, or `{preload = {module names}}`: runs are forked from a pre-started
 -- interpreter, corral-zygote, that imported these modules; see lua/corral/warm.lua), `prestart`
 -- (0..4: launches a controller keeps started ahead of the runs of the same options, each with its
@@ -198,6 +201,12 @@ function Policy:check()
     check_strings(self, "deny_syscalls", self.deny_syscalls)
     for _, name in ipairs(self.deny_syscalls) do
       if not name:match("^[%l%d_]+$") then fail(self, "deny_syscalls", "holds '" .. name .. "', not a system call name") end
+    end
+  end
+  if self.require ~= nil then
+    check_strings(self, "require", self.require)
+    for _, name in ipairs(self.require) do
+      if not name:match("^[%l%-]+$") then fail(self, "require", "holds '" .. name .. "', not a limits name") end
     end
   end
   if self.budget_poll_ms ~= nil and (math.type(self.budget_poll_ms) ~= "integer"

@@ -82,7 +82,7 @@ local CONFIG = {
   drain_seconds = "number", json_log = "boolean", log = "function", unix_mode = "integer",
   signals = "boolean", on_stop = "function", max_connections = "integer",
   header_timeout = "number", body_timeout = "number", idle_timeout = "number",
-  max_header_bytes = "integer", backlog = "integer",
+  max_header_bytes = "integer", backlog = "integer", probe = "boolean",
 }
 
 --- Where `corral serve` listens by default: `unix:/run/corral.sock` as root, else
@@ -348,6 +348,10 @@ function M.start(config)
 
   local host, herr, hcode = hostmod.basics()
   if not host then return nil, herr, hcode end
+  if c.probe or self.policy.require then
+    local ok, perr, pcode = self:_protections()
+    if not ok then return nil, perr, pcode end
+  end
 
   local srv, err, code = core.http_listen {
     listen = c.where.bind or c.listen, unix_mode = c.unix_mode, backlog = c.backlog,
@@ -376,6 +380,41 @@ function M.start(config)
     end)
   end
   return self
+end
+
+-- Before listening: one run of the policy (corral.probe) says what every run will get; each
+-- protection is logged as applied or refused (with why), and a policy's `require` is enforced.
+-- @return true, or nil, message, "ENOTSUP" when a required protection is missing
+function Server:_protections()
+  local ok, p, perr, pcode = pcall(corral.probe, self.config.policy)
+  if not ok or not p then
+    local msg = tostring(ok and perr or p)
+    if self.policy.require then return nil, "the probe of the policy failed: " .. msg, pcode or "EIO" end
+    self:_event("probe-failed", { message = msg })
+    return true
+  end
+  local got = {}
+  for _, name in ipairs(p.policy.limits or {}) do
+    got[name] = true
+    self:_event("protection", { name = name, applied = "yes" })
+  end
+  local refused = p.policy.refused or {}
+  for _, name in ipairs(sorted_keys(refused)) do
+    self:_event("protection", { name = name, applied = "no", errno = refused[name].errno,
+      reason = refused[name].message })
+  end
+  local missing = {}
+  for _, name in ipairs(self.policy.require or {}) do
+    if not got[name] then
+      local r = refused[name]
+      missing[#missing + 1] = name .. (r and (" (" .. tostring(r.errno) .. ": " .. tostring(r.message) .. ")") or " (not applied)")
+    end
+  end
+  if #missing > 0 then
+    return nil, "ENOTSUP: policy '" .. tostring(self.policy.name) .. "' requires protections this host does not give: "
+      .. table.concat(missing, "; "), "ENOTSUP"
+  end
+  return true
 end
 
 --- The address the server listens on ("unix:/path" or "HOST:PORT", with the real port).
@@ -773,6 +812,11 @@ function Server:_finished(job, a, b, c)
   local clamped = res and res.clamped and renamed(res.clamped, EVAL_NAME) or nil
   if out then
     out.clamped = clamped
+    -- what applied to this run (bubblewrap's sandbox, or the launcher's where bwrap cannot run)
+    if res then
+      local obj = result.object(res, nil, nil, cjson.null)
+      out.limits, out.refused = obj.limits, obj.refused
+    end
     return self:_json(ctx, 200, out, nil, res and res.reason)
   end
   if serr.kind == "unavailable" or serr.kind == "sandbox" then
