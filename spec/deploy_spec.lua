@@ -1084,7 +1084,8 @@ describe("deploy/k8s/seccomp-corral.json", function()
     local full_out = masked("corral", H.cli .. " run --processes 4096 --policy bwrap --json -", prog)
     local full = cjson.decode(full_out)
     assert.is_true(full.ok, full_out)
-    assert.are.equal("2\n", full.stdout, "the program is the first child of bwrap's PID namespace")
+    -- bwrap's pid 1, the relay, then the program
+    assert.are.equal("3\n", full.stdout, "the program is the relay's child in bwrap's PID namespace")
     for _, l in ipairs({ "pid-namespace", "no-network", "read-only-root" }) do
       assert.is_true(set(full.limits)[l], l .. " under the profile: " .. table.concat(full.limits, " "))
     end

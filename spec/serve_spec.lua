@@ -347,6 +347,10 @@ describe("corral serve", function()
     local s = start_server("")
     local status, _, body, r = http(s, "POST", "/v1/eval", json { code = "print('  hi  ')" })
     assert.are.equal(200, status, body)
+    -- what applied and what was refused come with the answer, as from /v1/run
+    assert.is_table(r.limits, body)
+    assert.is_table(r.refused, body)
+    r.limits, r.refused = nil, nil
     assert.are.same({ ok = true, returncode = 0, stdout = "hi", stderr = "" }, r)
     status, _, body, r = http(s, "POST", "/v1/eval", json { code = "import time; time.sleep(5)", timeout_max_time_sec = 0.3 })
     assert.are.equal(200, status, body)
