@@ -21,7 +21,8 @@ local host = require "corral.host"
 local P = policy.load("default"):extend {
   name = "bwrap",
   description = "eval_in_sandbox's sandbox: bubblewrap --unshare-all, read-only root of what python needs, rlimits",
-  defaults = { timeout = 10, cpu_seconds = 1, memory_mb = 100, max_output = 131072 },
+  -- eval_in_sandbox's, as run options (corral.schema)
+  defaults = require("corral.schema").eval_defaults(),
   -- bwrap clears the environment; the launcher's own needs none either
   env = {},
   code_name = "code.py",

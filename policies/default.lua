@@ -10,10 +10,8 @@ local policy = require "corral.policy"
 return policy.base {
   name = "default",
   description = "run_python's limits + pid namespace, per-run uid as root, empty netns (shared); degrades gracefully",
-  defaults = {
-    timeout = 5, cpu_seconds = 3, memory_mb = 256, file_mb = 1, processes = 32,
-    open_files = 64, max_output = 20000, require_network_isolation = false,
-  },
+  -- run_python's (corral.schema: `corral options` lists them)
+  defaults = require("corral.schema").defaults(),
   -- where a bare interpreter name such as "python3" is looked up: the sandbox's own PATH
   python_path = "/usr/local/bin:/usr/bin:/bin",
   -- -I: isolated mode (no PYTHON* variables, no user site, no script dir on sys.path). Without

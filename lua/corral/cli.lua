@@ -1,6 +1,8 @@
 --- The `corral` command line: run, probe, policies, serve.
 -- Exit codes of `corral run`: the program's own code; 124 when it timed out; 128+N when a signal
 -- ended it; 125 when the sandbox itself failed; 2 for a usage error.
+local schema = require "corral.schema"
+
 local M = {}
 
 local EXIT_USAGE, EXIT_SANDBOX, EXIT_TIMEOUT = 2, 125, 124
@@ -15,36 +17,14 @@ commands:
   run        run a Python file (or - for stdin) in the sandbox
   probe      show what this host supports and what a policy will apply
   policies   list the policies corral can load
+  options    list the options of a run (flag, JSON field, range, default)
   serve      run the HTTP controller (HTTP/1.1 + JSON on a unix socket or loopback TCP)
   help       show this text; `corral help COMMAND` (or `corral COMMAND --help`) shows a
              command's options
 
 `corral --version` prints the version.
 ]],
-  run = [[
-usage: corral run [OPTIONS] FILE|-
-
-Runs FILE (or the code read from standard input, for -) with the policy's limits, prints the
-program's stdout and stderr and exits with its exit code.
-
-options:
-  --policy P                   policy name or path to a .lua policy file (default: default)
-  --timeout S                  wall-clock seconds (default 5)
-  --cpu S                      CPU seconds (default 3)
-  --memory MB                  address-space limit in MiB (default 256)
-  --file-size MB               largest file the program may write, MiB (default 1)
-  --processes N                process limit (default 32)
-  --open-files N               open-file limit (default 64)
-  --max-output BYTES           bytes kept per stream (default 20000)
-  --require-network-isolation  fail (exit 125) instead of running with the host network
-  --stdin FILE                 feed FILE to the program's stdin (default: empty)
-  --python PATH                interpreter (default: python3 from the sandbox's PATH)
-  --json                       print one JSON object with the result instead of the output
-  -h, --help                   show this text
-
-exit status: the program's; 124 timed out; 128+N killed by signal N; 125 the sandbox failed;
-2 usage error.
-]],
+  -- run and serve: their options come from corral.schema (below)
   probe = [[
 usage: corral probe [--policy P] [--json]
 
@@ -56,7 +36,35 @@ usage: corral policies [--json]
 
 Lists the policies found on the policy path (CORRAL_POLICY_PATH, then the shipped ones).
 ]],
-  serve = [[
+}
+
+local function say(stream, s) stream:write(s) end
+
+-- Each command's flags: corral.schema's entries, and the command's own.
+local JSON_FLAG = { name = "json", kind = "boolean", flag = "--json",
+                    doc = "print one JSON object with the result instead of the output" }
+local HELP_ROW = { { "-h, --help", "show this text" } }
+
+local RUN_FLAGS = { table.unpack(schema.run) }
+RUN_FLAGS[#RUN_FLAGS + 1] = JSON_FLAG
+local SERVE_FLAGS = schema.serve
+local PROBE_FLAGS = { schema.run_by_name.policy, JSON_FLAG }
+local POLICIES_FLAGS = { JSON_FLAG }
+
+USAGE.run = [[
+usage: corral run [OPTIONS] FILE|-
+
+Runs FILE (or the code read from standard input, for -) with the policy's limits, prints the
+program's stdout and stderr and exits with its exit code.
+
+options:
+]] .. schema.help(RUN_FLAGS, HELP_ROW) .. [[
+
+exit status: the program's; 124 timed out; 128+N killed by signal N; 125 the sandbox failed;
+2 usage error.
+]]
+
+USAGE.serve = [[
 usage: corral serve [OPTIONS]
 
 Runs the HTTP controller: POST /v1/run, POST /v1/eval, GET /healthz, GET /v1/probe, GET /metrics
@@ -64,73 +72,24 @@ Runs the HTTP controller: POST /v1/run, POST /v1/eval, GET /healthz, GET /v1/pro
 connections, the runs in progress and queued finish (a second signal kills them), exit 0.
 
 options:
-  --listen ADDR        unix:/path.sock or HOST:PORT, HOST an address (127.0.0.1, [::1]) or a
-                       name (localhost) whose first address is bound (default:
-                       unix:/run/corral.sock as root, else unix:$XDG_RUNTIME_DIR/corral.sock
-                       or unix:/tmp/corral-$UID.sock);
-                       a unix socket is made with mode 0660
-  --policy P           policy of every run (name or path; default: default); requests may not
-                       choose another
-  --concurrency N      runs at once (default: the number of CPUs)
-  --queue N            requests waiting for a slot before 503 "overloaded" (default 64)
-  --token-file F       require 'Authorization: Bearer <token>' with the token in F (default: the
-                       CORRAL_TOKEN environment variable); required for a TCP listener
-  --max-body BYTES     largest request body, else 413 (default 1048576)
-  --drain-seconds S    on SIGTERM, how long runs may finish before they are killed (default 30)
-  --json-log           log JSON lines instead of text
-  -h, --help           show this text
+]] .. schema.help(SERVE_FLAGS, HELP_ROW) .. [[
 
 exit status: 0 after a drain; 1 when it cannot listen; 2 usage or configuration error.
-]],
-}
+]]
 
-local function say(stream, s) stream:write(s) end
+USAGE.options = [[
+usage: corral options [--json]
 
--- Option tables: flag → {key, kind, option = the library's name when it differs from key}.
-local RUN_FLAGS = {
-  ["--policy"] = { "policy", "string" },
-  ["--timeout"] = { "timeout", "number" },
-  ["--cpu"] = { "cpu_seconds", "integer" },
-  ["--memory"] = { "memory_mb", "integer" },
-  ["--file-size"] = { "file_mb", "integer" },
-  ["--processes"] = { "processes", "integer" },
-  ["--open-files"] = { "open_files", "integer" },
-  ["--max-output"] = { "max_output", "integer" },
-  ["--stdin"] = { "stdin_file", "string", option = "stdin" },
-  ["--python"] = { "python", "string" },
-  ["--require-network-isolation"] = { "require_network_isolation", "flag" },
-  ["--json"] = { "json", "flag" },
-}
-
-local SERVE_FLAGS = {
-  ["--listen"] = { "listen", "string" },
-  ["--policy"] = { "policy", "string" },
-  ["--concurrency"] = { "concurrency", "integer" },
-  ["--queue"] = { "queue", "integer" },
-  ["--token-file"] = { "token_file", "string", option = "token" },
-  ["--max-body"] = { "max_body_bytes", "integer" },
-  ["--drain-seconds"] = { "drain_seconds", "number" },
-  ["--json-log"] = { "json_log", "flag" },
-}
+Lists the options of a run: the library's name, the flag of `corral run`, the field of
+POST /v1/run, eval_in_sandbox's name (POST /v1/eval), the range, the default and the meaning.
+]]
 
 --- A library error (options.check, a policy's maxima, serve's config) in the words of the
 -- command line: "option 'memory_mb' must be ..." becomes "--memory must be ...".
--- @param flags the command's flag table, whose entries say which option each flag sets
+-- @param flags the command's flag entries
 -- @return the message, and the flag it is about (nil when it names none)
 local function flag_error(message, flags)
-  local msg = tostring(message):gsub("^[%w_]+: ", "")
-  local key = msg:match("option '([%w_]+)'")
-  if key then
-    for flag, spec in pairs(flags) do
-      if (spec.option or spec[1]) == key then
-        return (msg:gsub("option '" .. key .. "'", flag, 1)), flag
-      end
-    end
-    return msg, nil
-  end
-  -- policy.load's errors name the policy ("policy 'x' not found ..."): "--policy 'x' not found"
-  if msg:match("^policy ") and flags["--policy"] then return "--policy" .. msg:sub(7), "--policy" end
-  return msg, nil
+  return schema.restate(message, "flag", flags)
 end
 
 local function json_lib()
@@ -166,9 +125,13 @@ local function usage_reporter(cmd, args)
   end
 end
 
---- Parse `args` (from index `i`) against `flags`.
--- @return options table, positional arguments; or nil, error message, the flag it is about
+--- Parse `args` (from index `i`) against the flag entries `flags`: a boolean's flag takes no
+-- value, a number's must be one (the range is the library's to check), a `file` flag's value is
+-- the path (the command reads it).
+-- @return options table (by entry name), positional arguments; or nil, error message, the flag
 local function parse(args, i, flags)
+  local by_flag = {}
+  for _, e in ipairs(flags) do if e.flag then by_flag[e.flag] = e end end
   local opts, pos = {}, {}
   while i <= #args do
     local a = args[i]
@@ -180,12 +143,12 @@ local function parse(args, i, flags)
     elseif a == "-h" or a == "--help" then
       opts.help = true
     elseif name:sub(1, 2) == "--" then
-      local spec = flags[name]
-      if not spec then return nil, "unknown option " .. name, name end
-      local key, kind = spec[1], spec[2]
-      if kind == "flag" then
+      local e = by_flag[name]
+      if not e then return nil, "unknown option " .. name, name end
+      local kind = e.kind
+      if kind == "boolean" then
         if inline then return nil, name .. " takes no value", name end
-        opts[key] = true
+        opts[e.name] = true
       else
         local v = inline
         if not v then
@@ -201,7 +164,7 @@ local function parse(args, i, flags)
           end
           v = kind == "integer" and math.floor(n) or n
         end
-        opts[key] = v
+        opts[e.name] = v
       end
     else
       pos[#pos + 1] = a
@@ -279,12 +242,11 @@ local function cmd_run(args)
   if not code then return usage_error("cannot read " .. (pos[1] == "-" and "standard input" or pos[1]) .. ": " .. err) end
   local json = opts.json
   opts.json = nil
-  if opts.stdin_file then
-    if pos[1] == "-" and opts.stdin_file == "-" then return usage_error("FILE and --stdin cannot both be -", "--stdin") end
-    local data, e = read_file(opts.stdin_file)
-    if not data then return usage_error("cannot read --stdin " .. opts.stdin_file .. ": " .. e, "--stdin") end
+  if opts.stdin then
+    if pos[1] == "-" and opts.stdin == "-" then return usage_error("FILE and --stdin cannot both be -", "--stdin") end
+    local data, e = read_file(opts.stdin)
+    if not data then return usage_error("cannot read --stdin " .. opts.stdin .. ": " .. e, "--stdin") end
     opts.stdin = data
-    opts.stdin_file = nil
   end
   local corral = require "corral"
   -- one run per process: a holder of a shared network namespace, or a launch started ahead,
@@ -308,7 +270,7 @@ local function cmd_run(args)
     io.stdout:write(res.stdout)
     io.stdout:flush()
     io.stderr:write(res.stderr)
-    if res.truncated then say(io.stderr, "\ncorral: output truncated at " .. (opts.max_output or 20000) .. " bytes per stream\n") end
+    if res.truncated then say(io.stderr, "\ncorral: output truncated at " .. (opts.max_output or schema.run_by_name.max_output.default) .. " bytes per stream\n") end
     if res.timed_out then say(io.stderr, "corral: timed out\n")
     elseif res.reason ~= "exit" then say(io.stderr, "corral: ended by " .. res.reason .. (res.signal and (" (signal " .. res.signal .. ")") or "") .. "\n") end
   end
@@ -322,8 +284,6 @@ local function cmd_run(args)
 end
 
 local function yesno(b) return b and "yes" or "no" end
-
-local PROBE_FLAGS = { ["--json"] = { "json", "flag" }, ["--policy"] = { "policy", "string" } }
 
 local function cmd_probe(args)
   local usage_error = usage_reporter("probe", args)
@@ -386,7 +346,7 @@ end
 
 local function cmd_policies(args)
   local usage_error = usage_reporter("policies", args)
-  local opts, pos, bad = parse(args, 2, { ["--json"] = { "json", "flag" } })
+  local opts, pos, bad = parse(args, 2, POLICIES_FLAGS)
   if not opts then return usage_error(pos, bad) end
   if opts.help then say(io.stdout, USAGE.policies) return 0 end
   if #pos > 0 then return usage_error("unexpected argument " .. pos[1]) end
@@ -411,12 +371,12 @@ local function cmd_serve(args)
   if #pos > 0 then return usage_error("unexpected argument " .. pos[1]) end
   if not json_lib() then say(io.stderr, "corral serve: needs lua-cjson (apt-get install lua-cjson)\n") return EXIT_USAGE end
   local token
-  if opts.token_file then
-    local data, err = read_file(opts.token_file)
-    if not data then return usage_error("cannot read --token-file " .. opts.token_file .. ": " .. err, "--token-file") end
+  if opts.token then
+    local file = opts.token
+    local data, err = read_file(file)
+    if not data then return usage_error("cannot read --token-file " .. file .. ": " .. err, "--token-file") end
     token = data:gsub("%s+$", "")
-    if token == "" then return usage_error("--token-file " .. opts.token_file .. " is empty", "--token-file") end
-    opts.token_file = nil
+    if token == "" then return usage_error("--token-file " .. file .. " is empty", "--token-file") end
   else
     local env = os.getenv("CORRAL_TOKEN")
     if env and env ~= "" then token = env end
@@ -444,6 +404,23 @@ local function cmd_serve(args)
   return srv:run() and 0 or 1
 end
 
+-- The run options, as README's table (Markdown), or under --json corral.schema's entries.
+local function cmd_options(args)
+  local usage_error = usage_reporter("options", args)
+  local opts, pos, bad = parse(args, 2, POLICIES_FLAGS)
+  if not opts then return usage_error(pos, bad) end
+  if opts.help then say(io.stdout, USAGE.options) return 0 end
+  if #pos > 0 then return usage_error("unexpected argument " .. pos[1]) end
+  if opts.json then
+    local cjson = json_lib()
+    if not cjson then say(io.stderr, "corral options: --json needs lua-cjson\n") return EXIT_SANDBOX end
+    say(io.stdout, json_text(cjson, schema.run))
+    return 0
+  end
+  say(io.stdout, schema.markdown())
+  return 0
+end
+
 --- Entry point: `args` is the script's `arg` table; returns the exit status.
 function M.main(args)
   -- the CLI is the controller: a program that shares its uid (no user namespace, no run uid)
@@ -463,6 +440,7 @@ function M.main(args)
   if cmd == "probe" then return cmd_probe(args) end
   if cmd == "policies" then return cmd_policies(args) end
   if cmd == "serve" then return cmd_serve(args) end
+  if cmd == "options" then return cmd_options(args) end
   return usage_reporter(nil, args)("unknown command '" .. cmd .. "'")
 end
 

@@ -8,6 +8,7 @@
 -- follows eval_in_sandbox's instead and raises a SandboxError table.
 local core = require "corral.core"
 local options = require "corral.options"
+local schema = require "corral.schema"
 local policy = require "corral.policy"
 local hostmod = require "corral.host"
 local warm = require "corral.warm"
@@ -404,7 +405,7 @@ local start_cold
 -- forks it, and the key of the launches started ahead that it can take (nil: none), for `code`
 -- (or, code nil, for code without a NUL byte); or nil, message, code. Raises on bad options.
 local function plan_of(what, code, opts, extra)
-  local ok, pol = pcall(policy.load, opts.policy or (extra and extra.policy) or "default")
+  local ok, pol = pcall(policy.load, opts.policy or schema.run_by_name.policy.default)
   if not ok then error(what .. ": " .. tostring(pol), 0) end
   -- Where a run shares the controller's uid (no user namespace, no run uid) and Landlock is
   -- missing, a dumpable controller's /proc/PID/environ, fds and memory would be open to it.
@@ -703,20 +704,11 @@ local function strip(s)
 end
 M._strip = strip
 
--- eval_in_sandbox's options → run options, and its settings that are not public options.
-local EVAL_EXTRA = { kill_on_overflow = true, policy = "bwrap" }
+-- eval_in_sandbox's settings that are not public options.
+local EVAL_EXTRA = { kill_on_overflow = true }
 
-local function eval_run_options(opts)
-  return {
-    timeout = opts.timeout_max_time_sec or 10,
-    cpu_seconds = opts.cpu_max_time_sec or 1,
-    memory_mb = opts.mem_max_mb or 100,
-    max_output = (opts.io_max_kb or 128) * 1024,
-    policy = opts.policy,
-    python = opts.python,
-    stdin = opts.stdin,
-  }
-end
+-- eval_in_sandbox's options → run options (corral.schema: its names, defaults and units).
+local eval_run_options = schema.eval_to_run
 
 -- A run's outcome → eval_in_sandbox's ProcessOutput, or nil and a SandboxError.
 local function eval_outcome(res, err, ecode, raw)
@@ -769,7 +761,7 @@ end
 -- runs under: lets a caller check a request against the policy before queueing it.
 function M.eval_run_options(opts)
   local ro = eval_run_options(opts)
-  return ro, ro.policy or EVAL_EXTRA.policy
+  return ro, ro.policy
 end
 
 -- The host's side of a probe and the policy's description; the caller adds what the policy

@@ -5,34 +5,11 @@ local M = {}
 
 local type, pairs, tostring, error, floor = type, pairs, tostring, error, math.floor
 
---- The options `run_python` accepts: kind, and for numbers the accepted range.
--- Ranges reject the absurd (a negative timeout, a 10 TB memory limit), not the merely large; a
--- policy narrows them further with its own maxima.
-M.run_schema = {
-  timeout                   = { kind = "number",  min = 0.001, max = 86400 },
-  cpu_seconds               = { kind = "integer", min = 1, max = 86400 },
-  memory_mb                 = { kind = "integer", min = 16, max = 1048576 },
-  file_mb                   = { kind = "integer", min = 0, max = 1048576 },
-  processes                 = { kind = "integer", min = 1, max = 1000000 },
-  open_files                = { kind = "integer", min = 4, max = 1048576 },
-  max_output                = { kind = "integer", min = 0, max = 1073741824 },
-  require_network_isolation = { kind = "boolean" },
-  policy                    = { kind = "policy" },
-  python                    = { kind = "string" },
-  stdin                     = { kind = "string" },
-  env                       = { kind = "env" },
-}
+--- The options `run_python` accepts: kind, and for numbers the accepted range (corral.schema).
+M.run_schema = require("corral.schema").run_checks()
 
 --- The options `eval_in_sandbox` accepts (its own names).
-M.eval_schema = {
-  mem_max_mb           = { kind = "integer", min = 16, max = 1048576 },
-  cpu_max_time_sec     = { kind = "integer", min = 1, max = 86400 },
-  timeout_max_time_sec = { kind = "number",  min = 0.001, max = 86400 },
-  io_max_kb            = { kind = "integer", min = 0, max = 1048576 },
-  policy               = { kind = "policy" },
-  python               = { kind = "string" },
-  stdin                = { kind = "string" },
-}
+M.eval_schema = require("corral.schema").eval_checks()
 
 local function fail(what, key, msg, level)
   error(what .. ": option '" .. key .. "' " .. msg, level)

@@ -105,6 +105,9 @@ local function check_strings(self, field, t, keyed)
   end
 end
 
+-- The numeric run options: each needs a default, and a policy may set its maximum.
+local NUMERIC = require("corral.schema").numeric()
+
 local MECH = { off = true, auto = true, require = true }
 local ENUMS = { network = { new = true, shared = true, host = true },
                 user_namespace = { auto = true, never = true, always = true },
@@ -128,7 +131,7 @@ function Policy:check()
   check_kind(self, "defaults", self.defaults, "table")
   local ok, err = pcall(options.check, "defaults", self.defaults, options.run_schema)
   if not ok then fail(self, "defaults", "is wrong: " .. tostring(err)) end
-  for _, k in ipairs({ "timeout", "cpu_seconds", "memory_mb", "file_mb", "processes", "open_files", "max_output" }) do
+  for _, k in ipairs(NUMERIC) do
     if self.defaults[k] == nil then fail(self, "defaults", "lacks " .. k) end
   end
   if self.maxima ~= nil then
@@ -246,9 +249,6 @@ function Policy:check()
   end
   return self
 end
-
--- Options that fill a `limits` name when applied, for maxima checks in `prepare`.
-local NUMERIC = { "timeout", "cpu_seconds", "memory_mb", "file_mb", "processes", "open_files", "max_output" }
 
 --- Fill defaults, apply the policy's maxima, resolve the interpreter, check the host.
 -- Raises for a request over a maximum when `clamp` is false (the message names the option).

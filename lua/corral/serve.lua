@@ -21,6 +21,7 @@ local options = require "corral.options"
 local policy = require "corral.policy"
 local hostmod = require "corral.host"
 local result = require "corral.result"
+local schema = require "corral.schema"
 
 local M = {}
 
@@ -39,24 +40,13 @@ do
   end
 end
 
---- The JSON fields `POST /v1/run` accepts and their JSON types ("integer": a whole number).
--- `python` and `env` are left out on purpose: the interpreter and the environment are the
--- operator's choice (the policy's), not a caller's.
-M.RUN_FIELDS = {
-  code = "string", timeout = "number", cpu_seconds = "integer", memory_mb = "integer",
-  file_mb = "integer", processes = "integer", open_files = "integer", max_output = "integer",
-  stdin = "string", policy = "string", require_network_isolation = "boolean",
-}
+--- The JSON fields `POST /v1/run` accepts and their JSON types ("integer": a whole number):
+-- corral.schema's. `python` and `env` are left out on purpose: the interpreter and the
+-- environment are the operator's choice (the policy's), not a caller's.
+M.RUN_FIELDS = schema.json_fields("run")
 
 --- The JSON fields `POST /v1/eval` accepts (eval_in_sandbox's names).
-M.EVAL_FIELDS = {
-  code = "string", mem_max_mb = "integer", cpu_max_time_sec = "integer",
-  timeout_max_time_sec = "number", io_max_kb = "integer", stdin = "string",
-}
-
--- eval's names for the run options its own are turned into (for errors and `clamped`)
-local EVAL_NAME = { memory_mb = "mem_max_mb", cpu_seconds = "cpu_max_time_sec",
-                    timeout = "timeout_max_time_sec", max_output = "io_max_kb" }
+M.EVAL_FIELDS = schema.json_fields("eval")
 
 local ROUTES = {
   ["/v1/run"] = { POST = "run" },
@@ -162,14 +152,15 @@ local function check_config(config)
       .. "CORRAL_TOKEN" .. (where.loopback and "" or "; it would be open to the network")
       .. " (or listen on a unix socket, whose mode 0660 decides who may connect)", 0)
   end
+  -- the settings `corral serve` has flags for: defaults and lower bounds from corral.schema
+  for _, e in ipairs(schema.serve) do
+    if c[e.name] == nil then c[e.name] = e.default end
+    local v = c[e.name]
+    if e.min and v ~= nil and (v ~= v or v < e.min) then
+      config_error(e.name, "must be at least " .. tostring(e.min) .. ", got " .. tostring(v))
+    end
+  end
   c.concurrency = c.concurrency or core.cpu_count()
-  if c.concurrency < 1 then config_error("concurrency", "must be at least 1") end
-  c.queue = c.queue or 64
-  if c.queue < 0 then config_error("queue", "must be at least 0") end
-  c.max_body_bytes = c.max_body_bytes or 1048576
-  if c.max_body_bytes < 1 then config_error("max_body_bytes", "must be at least 1") end
-  c.drain_seconds = c.drain_seconds or 30
-  if c.drain_seconds < 0 or c.drain_seconds ~= c.drain_seconds then config_error("drain_seconds", "must be >= 0") end
   c.policy = c.policy or "default"
   c.eval_policy = c.eval_policy or "bwrap"
   c.unix_mode = c.unix_mode or 432 -- 0660
@@ -257,18 +248,12 @@ local function check_fields(obj, fields)
   return code, opts
 end
 
--- options.check's and policy.prepare's messages name the option: "...option 'NAME' ..."
-local function option_error(message, rename)
-  message = tostring(message)
-  local name = message:match("option '([^']+)'")
-  local field = name and (rename and rename[name] or name)
-  local over = message:find("over the maximum", 1, true) ~= nil
-  local text = message:gsub("^[%w_]+: ", "")
-  if name then
-    text = text:gsub("option '" .. name:gsub("%p", "%%%0") .. "'", "field '" .. field .. "'"
-      .. (field ~= name and (" (" .. name .. ")") or ""), 1)
-  end
-  return reject(400, over and "over_limit" or (name and "invalid_field" or "bad_request"), text, field)
+-- options.check's and policy.prepare's messages name the option: restated to name the field
+-- (`face` "field", or "eval" for eval_in_sandbox's names).
+local function option_error(message, face)
+  local text, field = schema.restate(message, face)
+  local over = text:find("over the maximum", 1, true) ~= nil
+  return reject(400, over and "over_limit" or (field and "invalid_field" or "bad_request"), text, field)
 end
 
 local function label(v)
@@ -634,13 +619,13 @@ function Server:_parse_job(ctx, kind)
   end
   opts.policy = pol
   local ok, checked = pcall(options.check, "request", opts, kind == "run" and options.run_schema or options.eval_schema)
-  if not ok then return nil, option_error(checked, kind == "eval" and EVAL_NAME) end
+  if not ok then return nil, option_error(checked, kind == "eval" and "eval" or "field") end
   -- the policy's own check (maxima, clamping, what this host can do) before the request queues
   local run_opts = kind == "run" and checked or corral.eval_run_options(checked)
   local host, herr, hcode = hostmod.basics()
   if not host then return nil, { status = 500, code = "sandbox_failed", kind = hcode, message = herr } end
   local pok, prepared, perr, pcode = pcall(pol.prepare, pol, run_opts, host)
-  if not pok then return nil, option_error(prepared, kind == "eval" and EVAL_NAME) end
+  if not pok then return nil, option_error(prepared, kind == "eval" and "eval" or "field") end
   if not prepared then return nil, { status = 500, code = "sandbox_failed", kind = pcode, message = perr } end
   if kind == "run" then checked.policy = self.spec_of[pol] or pol end
   return { kind = kind, code = code, opts = checked, ctx = ctx, state = "new" }
@@ -751,7 +736,7 @@ function Server:_start(job)
   self.metrics.runs.error = self.metrics.runs.error + 1
   if not ok then
     -- checked when it was admitted; a policy whose check depends on time may still refuse it
-    return self:_error(job.ctx, option_error(proc, job.kind == "eval" and EVAL_NAME))
+    return self:_error(job.ctx, option_error(proc, job.kind == "eval" and "eval" or "field"))
   end
   if job.kind == "run" then return self:_sandbox_failed(job.ctx, "run", err, ecode) end
   return self:_sandbox_failed(job.ctx, "eval", err.message, err.kind)
@@ -779,9 +764,13 @@ function Server:_observe(reason, seconds)
   self.avg_run_s = 0.8 * self.avg_run_s + 0.2 * seconds
 end
 
-local function renamed(list, map)
+-- Run option names in eval_in_sandbox's words.
+local function eval_names(list)
   local out = {}
-  for i, k in ipairs(list) do out[i] = map[k] or k end
+  for i, k in ipairs(list) do
+    local e = schema.run_by_name[k]
+    out[i] = e and e.eval and e.eval.name or k
+  end
   return out
 end
 
@@ -809,7 +798,7 @@ function Server:_finished(job, a, b, c)
     return self:_json(ctx, 200, obj, nil, res.reason)
   end
   local out, serr = a, b
-  local clamped = res and res.clamped and renamed(res.clamped, EVAL_NAME) or nil
+  local clamped = res and res.clamped and eval_names(res.clamped) or nil
   if out then
     out.clamped = clamped
     -- what applied to this run (bubblewrap's sandbox, or the launcher's where bwrap cannot run)
