@@ -76,3 +76,57 @@ describe("option validation", function()
     assert.is_truthy(err:find("io_max_kb", 1, true), err)
   end)
 end)
+
+describe("prepared runs", function()
+  local snap
+  before_each(function() snap = H.snapshot() end)
+  after_each(function() H.assert_clean(snap) end)
+
+  -- a policy that counts the calls of its prepare
+  local function counting()
+    local calls = 0
+    local pol = corral.load_policy("default"):extend { name = "counting", prestart = 0 }
+    local prepare = pol.prepare
+    pol.prepare = function(self, ...) calls = calls + 1 return prepare(self, ...) end
+    return pol, function() return calls end
+  end
+
+  it("checks and prepares once: start takes the plan as it is", function()
+    local pol, calls = counting()
+    local plan = assert(corral.prepare { policy = pol, memory_mb = 128, timeout = 2 })
+    assert.are.equal(1, calls())
+    assert.are.equal(128, plan.o.memory_mb)
+    local res, done
+    assert(corral.start("print(6 * 7)", plan, function(r) res, done = r, true end))
+    while not done do corral.run_loop("once") end
+    assert.are.equal("42\n", res.stdout)
+    assert.are.equal(1, calls())
+  end)
+
+  it("raises for bad options at prepare, naming the option, and starts nothing", function()
+    local ok, err = pcall(corral.prepare, { memory_mb = 1 })
+    assert.is_false(ok)
+    assert.is_truthy(err:find("memory_mb", 1, true), err)
+    ok, err = pcall(corral.prepare_eval, { io_max_kb = -1 })
+    assert.is_false(ok)
+    assert.is_truthy(err:find("io_max_kb", 1, true), err)
+  end)
+
+  it("refuses a plan made for the other face", function()
+    local plan = assert(corral.prepare {})
+    local ok, err = pcall(corral.start_eval, "print(1)", plan, function() end)
+    assert.is_false(ok)
+    assert.is_truthy(err:find("prepared for run_python", 1, true), err)
+  end)
+
+  it("configures the process in one call and refuses an unknown setting", function()
+    local was = corral.configure()
+    assert.are.same({ prestart_after_pause = false, prestart_launches = true, share_network = true,
+                      warm_interpreters = true }, was)
+    local now = corral.configure { prestart_launches = false }
+    assert.is_false(now.prestart_launches)
+    corral.configure { prestart_launches = true }
+    assert.has_error(function() corral.configure { prestart = false } end, "configure: setting 'prestart' is not known")
+    assert.has_error(function() corral.configure { warm_interpreters = 1 } end)
+  end)
+end)

@@ -77,8 +77,8 @@ describe("prestarted launches", function()
   end)
 
   it("start after the run, on the loop's next turn, for a run that came after a pause, with prestart_after_pause", function()
-    corral.prestart_after_pause = true
-    finally(function() corral.prestart_after_pause = false end)
+    corral.configure { prestart_after_pause = true }
+    finally(function() corral.configure { prestart_after_pause = false } end)
     local function pause(s)
       local f = false
       local t = core.timer(s, function() f = true end)

@@ -252,12 +252,16 @@ local function cmd_run(args)
   -- one run per process: a holder of a shared network namespace, or a launch started ahead,
   -- would be started for it and thrown away. A warm policy still runs in its warm interpreter:
   -- slower for one run than cold, but the sandbox and the program's view are the server's.
-  require("corral.host").set_share_network(false)
-  corral.prestart_launches = false
-  local ok, res, rerr, rcode, signum = pcall(run_to_end, corral, code, opts)
-  if not ok then
-    -- a bad option value: the message names its flag
-    return usage_error(flag_error(res, RUN_FLAGS))
+  corral.configure { share_network = false, prestart_launches = false }
+  -- a bad option value: the message names its flag
+  local pok, plan, perr, pcode = pcall(corral.prepare, opts)
+  if not pok then return usage_error(flag_error(plan, RUN_FLAGS)) end
+  local ok, res, rerr, rcode, signum
+  if plan then
+    ok, res, rerr, rcode, signum = pcall(run_to_end, corral, code, plan)
+    if not ok then return usage_error(flag_error(res, RUN_FLAGS)) end
+  else
+    res, rerr, rcode = nil, perr, pcode
   end
   if signum then return 128 + signum end
   if json then
@@ -270,7 +274,7 @@ local function cmd_run(args)
     io.stdout:write(res.stdout)
     io.stdout:flush()
     io.stderr:write(res.stderr)
-    if res.truncated then say(io.stderr, "\ncorral: output truncated at " .. (opts.max_output or schema.run_by_name.max_output.default) .. " bytes per stream\n") end
+    if res.truncated then say(io.stderr, "\ncorral: output truncated at " .. plan.o.max_output .. " bytes per stream\n") end
     if res.timed_out then say(io.stderr, "corral: timed out\n")
     elseif res.reason ~= "exit" then say(io.stderr, "corral: ended by " .. res.reason .. (res.signal and (" (signal " .. res.signal .. ")") or "") .. "\n") end
   end

@@ -394,6 +394,11 @@ function M.set_share_network(on)
   share_network = on and true or false
 end
 
+--- Whether policies with `network = "shared"` share one namespace in this process.
+function M.share_network()
+  return share_network
+end
+
 local function own_netns()
   if not cache.netns then cache.netns = core.readlink("/proc/self/ns/net") end
   return cache.netns

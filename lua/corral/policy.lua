@@ -44,7 +44,7 @@
 -- Speed: `warm` (false, or `{preload = {module names}}`: runs are forked from a pre-started
 -- interpreter, corral-zygote, that imported these modules; see lua/corral/warm.lua), `prestart`
 -- (0..4: launches a controller keeps started ahead of the runs of the same options, each with its
--- namespaces and mounts made, waiting for its code; with a PID namespace; see lua/corral/init.lua).
+-- namespaces and mounts made, waiting for its code; with a PID namespace; see lua/corral/prestart.lua).
 --
 -- Methods a policy may override, each called with the policy as `self`:
 -- `prepare(opts, host)` → opts (defaults, maxima, checks against the host; raise for a bad request,

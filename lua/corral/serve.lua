@@ -17,7 +17,6 @@
 -- queued for up to `drain_seconds`, kill the rest, stop.
 local core = require "corral.core"
 local corral = require "corral"
-local options = require "corral.options"
 local policy = require "corral.policy"
 local hostmod = require "corral.host"
 local result = require "corral.result"
@@ -357,9 +356,9 @@ function M.start(config)
   self:_event("listening", { address = self:address(), policy = self.policy.name,
     concurrency = self.concurrency, queue = self.queue_max, auth = self.token and "bearer" or "none" })
   -- the loop runs between requests: after a pause, a run's next launch starts once it ended
-  corral.prestart_after_pause = true
+  local settings = corral.configure { prestart_after_pause = true }
   -- a warm policy: its interpreter starts now, with a first run, not with the first request
-  if self.policy.warm and corral.warm_interpreters then
+  if self.policy.warm and settings.warm_interpreters then
     pcall(corral.start, "pass", { policy = self.policy }, function(_, perr)
       if perr then self:_event("warm-up-failed", { message = tostring(perr) }) end
     end)
@@ -617,18 +616,14 @@ function Server:_parse_job(ctx, kind)
   else
     pol = self.eval_policy
   end
-  opts.policy = pol
-  local ok, checked = pcall(options.check, "request", opts, kind == "run" and options.run_schema or options.eval_schema)
-  if not ok then return nil, option_error(checked, kind == "eval" and "eval" or "field") end
-  -- the policy's own check (maxima, clamping, what this host can do) before the request queues
-  local run_opts = kind == "run" and checked or corral.eval_run_options(checked)
-  local host, herr, hcode = hostmod.basics()
-  if not host then return nil, { status = 500, code = "sandbox_failed", kind = hcode, message = herr } end
-  local pok, prepared, perr, pcode = pcall(pol.prepare, pol, run_opts, host)
-  if not pok then return nil, option_error(prepared, kind == "eval" and "eval" or "field") end
-  if not prepared then return nil, { status = 500, code = "sandbox_failed", kind = pcode, message = perr } end
-  if kind == "run" then checked.policy = self.spec_of[pol] or pol end
-  return { kind = kind, code = code, opts = checked, ctx = ctx, state = "new" }
+  -- checked and prepared once, here, before the request queues: the options, the policy's own
+  -- check (maxima, clamping, what this host can do); the run starts from this plan. A policy
+  -- loaded by name goes by that name: policy.load() gives it from its cache, unchecked again.
+  opts.policy = kind == "run" and self.spec_of[pol] or pol
+  local ok, plan, perr, pcode = pcall(kind == "run" and corral.prepare or corral.prepare_eval, opts)
+  if not ok then return nil, option_error(plan, kind == "eval" and "eval" or "field") end
+  if not plan then return nil, { status = 500, code = "sandbox_failed", kind = pcode, message = perr } end
+  return { kind = kind, code = code, plan = plan, ctx = ctx, state = "new" }
 end
 
 function Server:_handle_run(ctx) return self:_job_request(ctx, "run") end
@@ -720,9 +715,9 @@ function Server:_start(job)
   end
   local ok, proc, err, ecode
   if job.kind == "run" then
-    ok, proc, err, ecode = pcall(corral.start, job.code, job.opts, on_done)
+    ok, proc, err, ecode = pcall(corral.start, job.code, job.plan, on_done)
   else
-    ok, proc, err = pcall(corral.start_eval, job.code, job.opts, function(out, serr, res)
+    ok, proc, err = pcall(corral.start_eval, job.code, job.plan, function(out, serr, res)
       on_done(out, serr, res)
     end)
   end

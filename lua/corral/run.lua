@@ -1,0 +1,202 @@
+--- One run: its directory and uid, the spawn that starts it, and its end.
+--
+-- A run table holds what a run owns on the host (`top`, the lock on it, `uid`) from `make` to
+-- `cleanup`. Every run that holds a directory is in `live` until its cleanup: when the Lua state
+-- closes without their ends having been seen, the sentinel below kills their processes and removes
+-- their directories, whatever path made them (a run in flight, a launch started ahead, one let go).
+local core = require "corral.core"
+local hostmod = require "corral.host"
+local warm = require "corral.warm"
+
+local M = {}
+
+local live = {}
+
+--- Remove the run's directory and give back its uid.
+-- @return an error message, or nil
+function M.cleanup(run)
+  local err
+  live[run] = nil
+  if run.top then
+    -- what make made, when that is all there is (the work dir is a tmpfs of the run's own
+    -- mount namespace, so empty here): four calls, not a walk of the tree
+    local top = run.top
+    if not (run.code_path and (os.remove(run.code_path) or not run.code_written)
+            and os.remove(run.code_dir) and os.remove(run.workdir) and os.remove(top)) then
+      local ok, e = core.rmtree(top)
+      if not ok then err = e end
+    end
+    run.top = nil
+  end
+  if run.lock then
+    run.lock:close()
+    run.lock = nil
+  end
+  if run.uid then
+    hostmod.release_uid(run.uid)
+    run.uid = nil
+  end
+  return err
+end
+local cleanup = M.cleanup
+
+--- The code into the run's directory: readable by the run's group only when it has a uid.
+-- @return true, or nil, message, code
+function M.write_code(run, code)
+  local ok, err, ecode = core.write_file(run.code_path, code, run.uid and 288 or 256) -- 0440 / 0400
+  run.code_written = ok and true
+  if ok and run.uid then ok, err, ecode = core.chown(run.code_path, -1, run.gid) end
+  return ok, err, ecode
+end
+
+--- Make the run's directory: <tmp>/corral-XXXXXX/{code/<code_name>, work/}. The code is handed
+-- over in a file, never in argv (no E2BIG, no size limit but the disk's); `work` is the cwd, HOME
+-- and TMPDIR, owned by the run's uid when there is one.
+-- @param code the code; nil for a launch started ahead of its run, whose code comes with the run:
+-- `has_nul` then says whether that code will hold a NUL byte (the interpreter's argv differs)
+-- @return the run table, or nil, message, code
+function M.make(pol, code, host, has_nul)
+  local run = { euid = host.euid }
+  if code then has_nul = code:find("\0", 1, true) ~= nil end
+  run.has_nul = has_nul
+  if host.root and host.setuid and pol.uid_range then
+    local uid, err, ecode = hostmod.take_uid(pol.uid_range[1], pol.uid_range[2])
+    if not uid then return nil, err, ecode end
+    run.uid, run.gid = uid, uid
+  end
+  local tmp_dir = pol.tmp_dir or "auto"
+  if tmp_dir == "auto" then tmp_dir = hostmod.run_dir_base() end
+  hostmod.sweep_stale(tmp_dir)
+  local top, err, ecode = core.mkdtemp(tmp_dir .. "/corral-XXXXXX")
+  if not top then cleanup(run) return nil, err, ecode end
+  run.top = top
+  live[run] = true
+  -- held for the run's life on the directory itself: tells a later sweep that it has a live owner
+  run.lock, err, ecode = core.lock(top)
+  if not run.lock then cleanup(run) return nil, err, ecode end
+  run.code_dir = top .. "/code"
+  run.code_path = run.code_dir .. "/" .. (pol.code_name or "main.py")
+  run.workdir = top .. "/work"
+  -- with a run uid, the code is readable by the run's group only (0750 dir, 0440 file, group
+  -- = run gid): a concurrent run, under another uid, cannot read it
+  local ok
+  local steps = {
+    function() return core.mkdir(run.code_dir, run.uid and 488 or 448) end, -- 0750 / 0700
+    code and function() return M.write_code(run, code) end,
+    function() return core.mkdir(run.workdir, 448) end,                     -- 0700
+    run.uid and function() return core.chown(run.code_dir, -1, run.gid) end,
+    run.uid and function() return core.chmod(top, 457) end,                 -- 0711: pass, not list
+    run.uid and function() return core.chown(run.workdir, run.uid, run.gid) end,
+  }
+  for i = 1, 6 do
+    if steps[i] then
+      ok, err, ecode = steps[i]()
+      if not ok then cleanup(run) return nil, err, ecode end
+    end
+  end
+  return run
+end
+
+--- The end of a run: its result from the policy, its directory and uid given back, then
+-- `done(result, message, code, raw)`.
+function M.finisher(pol, o, run, host, done)
+  return function(raw)
+    -- a policy's result() is operator code: whatever it does, the run is cleaned up
+    local pok, res, rerr, rcode
+    if raw.launch_error then
+      pok, rerr, rcode = true, "EZYGOTE: the warm interpreter did not run the program: " .. raw.launch_error, "EZYGOTE"
+    else
+      pok, res, rerr, rcode = pcall(pol.result, pol, raw, o, run, host)
+    end
+    local cerr = cleanup(run)
+    if not pok then
+      res, rerr, rcode = nil, "EPOLICY: policy '" .. tostring(pol.name) .. "' failed to build the result: "
+        .. tostring(res), "EPOLICY"
+    end
+    if res and cerr then res.cleanup_error = cerr end
+    done(res, rerr, rcode, raw)
+  end
+end
+
+--- core.spawn's options for a run, but its arguments, stdin and on_exit. `extra` carries
+-- settings that are not public options (eval_in_sandbox's kill-on-overflow); `zygote`: the warm
+-- interpreter that forks it.
+function M.spawn_options(pol, o, host, extra, zygote)
+  return {
+    file = not zygote and host.launcher or nil,
+    zygote = zygote,
+    stdout_cap = o.max_output,
+    stderr_cap = o.max_output,
+    tail_bytes = pol.tail_bytes or 1024,
+    kill_on_overflow = (extra and extra.kill_on_overflow) or pol.kill_on_overflow or false,
+    report = true,
+    timeout = o.timeout,
+    grace = pol.grace or 0.2,
+  }
+end
+
+--- What a run is spawned with, besides its arguments, timeout and stdin's bytes, as one string.
+function M.spawn_settings(pol, o, extra)
+  local so = M.spawn_options(pol, o, {}, extra)
+  return table.concat({ tostring(o.stdin ~= nil), tostring(so.stdout_cap), tostring(so.tail_bytes),
+    tostring(so.kill_on_overflow), tostring(so.grace) }, "|")
+end
+
+--- A run started on request: its directory, then corral-launch or its warm interpreter.
+-- @return the process handle, or nil, message, code (nothing left behind)
+function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
+  local run, err, ecode = M.make(pol, code, host)
+  if not run then return nil, err, ecode end
+  local zygote
+  if use_zygote then
+    zygote, err, ecode = warm.get(pol, o)
+    if not zygote then cleanup(run) return nil, err, ecode end
+    run.zygote = true
+  end
+  -- from here on the run holds a directory, a lock and maybe a uid: any error (a policy's
+  -- launch_args is operator code) must give them back
+  local spawn_ok, proc, serr, scode = pcall(function()
+    local so = M.spawn_options(pol, o, host, extra, zygote)
+    so.args = pol:launch_args(o, run, host)
+    so.stdin = o.stdin
+    so.on_exit = M.finisher(pol, o, run, host, on_done)
+    return core.spawn(so)
+  end)
+  if not spawn_ok then
+    cleanup(run)
+    return nil, "EPOLICY: policy '" .. tostring(pol.name) .. "' failed to build the launch plan: " .. tostring(proc),
+      "EPOLICY"
+  end
+  if not proc then cleanup(run) return nil, serr, scode end
+  run.proc = proc
+  return proc
+end
+
+--- Run the loop until `done()` or the deadline (core.hrtime()); a timer wakes the loop at the
+-- deadline, so that waiting for something that never comes still ends. Not from a callback.
+-- @return done()
+function M.loop_until(done, deadline)
+  if done() then return true end
+  -- (the timer's clock is the loop's, in whole milliseconds: it may fire before hrtime() is
+  -- past the deadline, so its firing ends the wait)
+  local fired = false
+  local t = core.timer(math.max(0, deadline - core.hrtime()), function() fired = true end)
+  while not done() and not fired do core.run("once") end
+  t:close()
+  return done()
+end
+
+-- A controller that ends without corral.close(), or with runs in flight: its Lua state's close
+-- kills their processes (the loop's teardown; here first, with their groups) and removes the
+-- directories of every run whose end the loop has not seen. Kept in the module table, which
+-- package.loaded holds until the state closes.
+M._sentinel = setmetatable({}, { __gc = function()
+  for run in pairs(live) do
+    -- (a warm interpreter's launch has no pid until the zygote named it: kill(-0) would be ours)
+    local pid = run.proc and run.proc:pid() or 0
+    if pid > 0 then pcall(core.kill, -pid, 9) end
+  end
+  for run in pairs(live) do pcall(cleanup, run) end
+end })
+
+return M
