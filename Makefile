@@ -154,7 +154,7 @@ asan: deps-test
 		LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 		$(LUA) spec/valgrind_runs.lua && echo "asan: zero errors"
 
-# Fuzzing (fuzz/, README "Fuzzing"): one libFuzzer harness per parser of untrusted input. `make
+# Fuzzing (fuzz/, docs/testing.md): one libFuzzer harness per parser of untrusted input. `make
 # fuzz` builds them with clang into build/fuzz and runs each for FUZZ_SECONDS on a scratch copy
 # of its corpus (build/fuzz/corpus/T, kept between runs; fuzz/corpus and fuzz/regress are only
 # read); a crash stops it, non-zero, with the input in build/fuzz/artifacts. `make fuzz-replay`

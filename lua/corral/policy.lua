@@ -598,7 +598,7 @@ local function repair(s)
   return (core.utf8_repair(s or ""))
 end
 
---- Turn the host's raw outcome into the result table (see README, "Result").
+--- Turn the host's raw outcome into the result table (see README, "The result").
 -- @return result, or nil, message, code when the sandbox itself failed
 function Policy:result(raw, opts, run, host)
   local rep = report.parse(raw.report)

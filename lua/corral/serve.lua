@@ -10,8 +10,8 @@
 --     GET  /v1/probe   → corral.probe() of the server's policy (run once, then cached)
 --     GET  /metrics    → Prometheus text format
 --
--- Every error is a JSON body `{"error": {"code": ..., "message": ..., "field": ...}}`; README.md,
--- "The HTTP controller", lists the codes. At most `concurrency` runs at once, then a bounded FIFO
+-- Every error is a JSON body `{"error": {"code": ..., "message": ..., "field": ...}}`; docs/http.md
+-- lists the codes. At most `concurrency` runs at once, then a bounded FIFO
 -- queue, then 503 "overloaded" with Retry-After. A client that goes away is dropped from the queue,
 -- or its run is killed. SIGTERM and SIGINT drain: stop accepting, finish what is running and
 -- queued for up to `drain_seconds`, kill the rest, stop.
