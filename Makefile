@@ -76,7 +76,7 @@ ZYGOTE   := csrc/corral-zygote
 INIT     := csrc/corral-init
 CORE_SO  := csrc/corral/core.so
 
-.PHONY: all test test-containers run install clean bench bench-rss bench-zygote soak loadtest deps-build deps-test deps-run \
+.PHONY: all check test test-containers run install clean bench bench-rss bench-zygote soak loadtest deps-build deps-test deps-run \
 	deps-fuzz asan fuzz fuzz-build fuzz-replay replay-build
 
 all: $(LAUNCHER) $(ZYGOTE) $(INIT) $(CORE_SO)
@@ -134,6 +134,12 @@ test: deps-test
 # Root only (otherwise it says what it needs and counts itself skipped). Cold (debootstrap and
 # the image) about 12 minutes on the 2-CPU development VM, warm (cached in
 # /var/cache/corral-containers) about 5.
+# The edit-test loop: luacheck and the specs tagged #fast (no run of a sandboxed program but the
+# few that check an option is refused before anything starts), well under a minute.
+check: all
+	@luacheck --no-color -q lua bin/corral policies examples spec bench fuzz
+	@$(LUA) /usr/bin/busted --tags=fast spec
+
 test-containers: all
 	@sh spec/containers.sh
 

@@ -2,7 +2,7 @@
 local corral = require "corral"
 local H = require "helper"
 
-describe("option validation", function()
+describe("option validation #fast", function()
   local snap
   before_each(function() snap = H.snapshot() end)
   after_each(function() H.assert_clean(snap) end)

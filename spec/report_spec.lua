@@ -2,7 +2,7 @@
 -- start of a line, every malformed line skipped, nothing raised.
 local report = require "corral.report"
 
-describe("report.parse", function()
+describe("report.parse #fast", function()
   it("reads a whole report", function()
     local r = report.parse("corral-launch 1\napplied session\napplied cpu 3\napplied filesystem 7\n"
       .. "refused seccomp ENOSYS no filter here\npid 2\nstatus exit 3\nusage 10 20 30\ntotal 40 50\n"

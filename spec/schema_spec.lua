@@ -10,7 +10,7 @@ local function keys(t)
   return out
 end
 
-describe("the option schema", function()
+describe("the option schema #fast", function()
   it("is the table README shows", function()
     local f = assert(io.open("README.md", "rb"))
     local readme = f:read("a")
