@@ -1,7 +1,8 @@
 /*
  * corral.core: private header shared by the files of the host module.
  *
- * core.c     luaopen_corral_core, the loop userdata, core.run, errors, option tables, small calls
+ * core.c     luaopen_corral_core, the loop userdata, core.run, small calls
+ * bind.c     what every binding uses: the loop, errors, protected calls, option tables
  * process.c  core.spawn: pipes with capped reads, timers, the kill sequence, the result
  * fs.c       mkdtemp, rmtree, write_file, chown, chmod, exists
  * utf8.c     utf8_repair, json_raw_control (pure functions plus their bindings)
@@ -57,7 +58,7 @@ typedef struct corral_loop {
   char scratch[CORRAL_SCRATCH_SIZE];
 } corral_loop;
 
-/* ---- core.c ---- */
+/* ---- bind.c ---- */
 
 /* The loop of the module function being called (upvalue 1); raises if it was closed. */
 corral_loop *corral_loop_up(lua_State *L);
@@ -93,21 +94,24 @@ void corral_proc_open(lua_State *L);          /* registers the corral.proc metat
  * callbacks free the runs without calling Lua; the caller runs the loop to let them fire). */
 void corral_runs_shutdown(corral_loop *cl);
 
-/* What zygote.c tells a run started through it. */
-void corral_run_zygote_pid(struct corral_run *r, int pid, int pidfd); /* pidfd: ours, or -1 */
-void corral_run_zygote_ended(struct corral_run *r, int exit_status, int term_signal);
-void corral_run_zygote_exit(struct corral_run *r, int exit_status, int term_signal);
-void corral_run_zygote_failed(struct corral_run *r, const char *why);
-
 /* ---- zygote.c ---- */
 int corral_zygote_start(lua_State *L);
 void corral_zygote_open(lua_State *L);        /* registers corral.zygote */
 /* The open zygote of the userdata at idx; raises if it is not one, or closed. */
 struct corral_zygote *corral_zygote_check(lua_State *L, int idx);
+/* What a zygote tells a run started through it: the caller's functions, so that zygote.c
+ * knows nothing of a run but this. */
+struct corral_zlink_ops {
+  void (*pid)(struct corral_run *r, int pid, int pidfd); /* pidfd: the run's to close, or -1 */
+  void (*ended)(struct corral_run *r, int exit_status, int term_signal);
+  void (*exit)(struct corral_run *r, int exit_status, int term_signal);
+  void (*failed)(struct corral_run *r, const char *why);
+};
 /* Send a run's request (args: NULL-terminated launcher arguments; fds: the child's stdin,
  * stdout, stderr and report ends, always taken over). 0 and the link in *out, or -errno. */
-int corral_zygote_submit(struct corral_zygote *z, struct corral_run *r, char *const *args,
-                         int fds[4], struct corral_zlink **out);
+int corral_zygote_submit(struct corral_zygote *z, struct corral_run *r,
+                         const struct corral_zlink_ops *ops, char *const *args, int fds[4],
+                         struct corral_zlink **out);
 void corral_zlink_free(struct corral_zlink *k);  /* the run is done with it (NULL: nothing) */
 /* A launch started ahead (held: 1) does not keep core.run("default") going until it is let go
  * or told to go (held: 0). NULL: nothing. */

@@ -83,7 +83,7 @@ struct corral_run {
   const char *overflow;
   struct corral_zlink *zl; /* started through a warm interpreter (zygote.c) */
   uv_poll_t pidpoll;       /* readable once the child exited (posix_spawn), or the zygote's
-                            * direct run, which has ended, is gone (corral_run_zygote_ended) */
+                            * direct run, which has ended, is gone (zygote_ended) */
   int pidfd;               /* -1: none; for a zygote's direct run, the zygote's pidfd of it */
   char *zerror;            /* ... which could not start it, or went away */
   unsigned pidpoll_init : 1;
@@ -266,9 +266,9 @@ static void pidfd_cb(uv_poll_t *h, int status, int events) {
     run_exited(r, 0, si.si_status);
 }
 
-/* ---- runs started by a zygote (zygote.c calls these) ------------------------------------------ */
+/* ---- runs started by a zygote (zygote.c calls these, through zygote_ops) ---------------------- */
 
-void corral_run_zygote_pid(corral_run *r, int pid, int pidfd) {
+static void zygote_pid(corral_run *r, int pid, int pidfd) {
   if (pidfd >= 0 && (r->pidfd >= 0 || r->exited))
     close(pidfd);
   else if (pidfd >= 0)
@@ -281,7 +281,7 @@ void corral_run_zygote_pid(corral_run *r, int pid, int pidfd) {
   }
 }
 
-void corral_run_zygote_exit(corral_run *r, int exit_status, int term_signal) {
+static void zygote_exit(corral_run *r, int exit_status, int term_signal) {
   if (r->pidpoll_init) close_handle((uv_handle_t *)&r->pidpoll);
   if (!r->exited) run_exited(r, exit_status, term_signal);
 }
@@ -321,13 +321,13 @@ static int zpid_watch(corral_run *r, int exit_status, int term_signal) {
  * kills and reaps what is left of the namespace before that exit is complete (an init's exit
  * waits until its PID namespace is empty). So with the init's pidfd the run ends once that is
  * readable: nothing of the run is left then. Without one, at the zygote's exit message. */
-void corral_run_zygote_ended(corral_run *r, int exit_status, int term_signal) {
+static void zygote_ended(corral_run *r, int exit_status, int term_signal) {
   if (r->exited || r->pidfd < 0 || r->pidpoll_init) return;
   if (zpid_watch(r, exit_status, term_signal) == 1) run_exited(r, exit_status, term_signal);
   /* -1: then at the exit message */
 }
 
-void corral_run_zygote_failed(corral_run *r, const char *why) {
+static void zygote_failed(corral_run *r, const char *why) {
   if (r->exited) return; /* ended, and its init is gone: the zygote's end changes nothing */
   if (r->pidpoll_init) {
     /* ended, its init not gone yet: it dies with the zygote, which it would not outlive; the
@@ -348,6 +348,10 @@ void corral_run_zygote_failed(corral_run *r, const char *why) {
   close_outputs(r); /* no process will close them for us */
   maybe_finish(r);
 }
+
+static const struct corral_zlink_ops zygote_ops = {
+    zygote_pid, zygote_ended, zygote_exit, zygote_failed,
+};
 
 /* ---- output ---------------------------------------------------------------------------------- */
 
@@ -853,7 +857,7 @@ static int start_in_zygote(corral_run *r, struct corral_zygote *z, int has_in, s
   int rc = child_stdio(r, has_in, out_cap, err_cap, tail, fds);
   if (rc != 0) return rc;
   r->t_start = uv_hrtime();
-  rc = corral_zygote_submit(z, r, args, fds, &r->zl); /* takes the fds */
+  rc = corral_zygote_submit(z, r, &zygote_ops, args, fds, &r->zl); /* takes the fds */
   return rc < 0 ? uv_translate_sys_error(-rc) : 0;
 }
 

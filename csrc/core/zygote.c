@@ -42,6 +42,7 @@ typedef struct zygote_ud {
 struct corral_zlink {
   struct corral_zygote *z;
   struct corral_run *run;
+  const struct corral_zlink_ops *ops; /* what the run is told */
   uint64_t id;
   struct corral_zlink *next, **prevp; /* z->links: sent or queued, not yet exited */
   char *msg;                          /* the request, until sent */
@@ -130,7 +131,7 @@ static void link_fail(struct corral_zlink *k, const char *why) {
   struct corral_run *r = k->run;
   link_detach(k);
   k->run = NULL;
-  if (r != NULL) corral_run_zygote_failed(r, why);
+  if (r != NULL) k->ops->failed(r, why);
 }
 
 static void fail_all(struct corral_zygote *z, const char *why) {
@@ -255,14 +256,14 @@ static void on_message(struct corral_zygote *z, char *buf, size_t n, int fd) {
       return;
     }
     k->started = 1;
-    corral_run_zygote_pid(k->run, (int)pid, fd);
+    k->ops->pid(k->run, (int)pid, fd);
   } else if (strcmp(s[0], "ended") == 0) {
     uint64_t st;
     if (parse_u64(s[2], &st) != 0 || st > INT32_MAX || k->run == NULL) return;
     if (WIFSIGNALED((int)st))
-      corral_run_zygote_ended(k->run, 0, WTERMSIG((int)st));
+      k->ops->ended(k->run, 0, WTERMSIG((int)st));
     else
-      corral_run_zygote_ended(k->run, WEXITSTATUS((int)st), 0);
+      k->ops->ended(k->run, WEXITSTATUS((int)st), 0);
   } else if (strcmp(s[0], "exit") == 0) {
     uint64_t st;
     struct corral_run *r = k->run;
@@ -270,9 +271,9 @@ static void on_message(struct corral_zygote *z, char *buf, size_t n, int fd) {
     link_detach(k);
     k->run = NULL;
     if (WIFSIGNALED((int)st))
-      corral_run_zygote_exit(r, 0, WTERMSIG((int)st));
+      k->ops->exit(r, 0, WTERMSIG((int)st));
     else
-      corral_run_zygote_exit(r, WEXITSTATUS((int)st), 0);
+      k->ops->exit(r, WEXITSTATUS((int)st), 0);
   } else if (strcmp(s[0], "error") == 0) {
     link_fail(k, s[2]);
   }
@@ -488,8 +489,9 @@ void corral_zygote_shutdown(corral_loop *cl) {
 /* Start a run through z: args is the launcher's argument vector (without argv[0]), fds the
  * run's stdin, stdout, stderr and report ends for the child (taken over: closed here, now or
  * once sent). 0 and *out, or a negative errno. */
-int corral_zygote_submit(struct corral_zygote *z, struct corral_run *r, char *const *args,
-                         int fds[4], struct corral_zlink **out) {
+int corral_zygote_submit(struct corral_zygote *z, struct corral_run *r,
+                         const struct corral_zlink_ops *ops, char *const *args, int fds[4],
+                         struct corral_zlink **out) {
   struct corral_zlink *k;
   char idbuf[24];
   size_t len, off;
@@ -510,6 +512,7 @@ int corral_zygote_submit(struct corral_zygote *z, struct corral_run *r, char *co
   }
   k->z = z;
   k->run = r;
+  k->ops = ops;
   k->id = z->next_id;
   k->len = len;
   memcpy(k->msg, "run", 4);
