@@ -123,7 +123,7 @@ static NORETURN void c_main(const struct job *j, int errfd, int go)
 	L.userns = z->ns.userns;
 	L.netns = z->ns.net_got;
 	L.pidns = 1;
-	L.seccomp_ready = 1;            /* the filter is in memory (request_filter) */
+	L.seccomp_ready = 1;            /* the filter is in memory (filters_load) */
 	L.run_program = py_run_program;
 	L.direct = 1;
 	L.nproc_beside = j->plan->has_ids ? 0 : 1;      /* corral-init, in the run's user namespace */
@@ -299,7 +299,7 @@ pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds
 		return -1;
 	}
 	if (plan.seccomp != PLAN_MECH_OFF)
-		request_filter(z, &plan);
+		filters_load(z, &plan);
 	j.z = z;
 	j.plan = &plan;
 	j.args = argv + 1;

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/rseq.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -163,4 +164,19 @@ int exec_like(const struct plan *p)
 void exec_dumpable(void)
 {
 	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+}
+
+/* The kernel drops the rseq registration of a CLONE_VM child (I, or a direct run's P), and C
+ * inherits it: glibc, which registered it in Z, would read a stale CPU number forever
+ * (sched_getcpu). Again. */
+void exec_rseq_again(void)
+{
+#ifdef RSEQ_SIG
+	if (__rseq_size > 0) {
+		struct rseq *r = (struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
+
+		r->cpu_id = RSEQ_CPU_ID_UNINITIALIZED;
+		syscall(SYS_rseq, r, __rseq_size < 32 ? 32U : __rseq_size, 0, RSEQ_SIG);
+	}
+#endif
 }

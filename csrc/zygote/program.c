@@ -230,21 +230,6 @@ static void await_init(const int *sync)
 	close(sync[0]);
 }
 
-/* The kernel drops the rseq registration of a CLONE_VM child (I, or a direct run's P), and C
- * inherits it: glibc, which registered it in Z, would read a stale CPU number forever
- * (sched_getcpu). Again. */
-void program_rseq_again(void)
-{
-#ifdef RSEQ_SIG
-	if (__rseq_size > 0) {
-		struct rseq *r = (struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
-
-		r->cpu_id = RSEQ_CPU_ID_UNINITIALIZED;
-		syscall(SYS_rseq, r, __rseq_size < 32 ? 32U : __rseq_size, 0, RSEQ_SIG);
-	}
-#endif
-}
-
 static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, const int *fds,
 			    int nfds, int rfd, int cg, const char *mounts, const int *sync)
 {
@@ -253,7 +238,7 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
 	size_t i;
 
 	await_init(sync);
-	program_rseq_again();
+	exec_rseq_again();
 	/* The rest of B's namespaces (the PID one is ours since the fork), the user namespace
 	 * first: it gives the capabilities the others ask for. */
 	for (i = 0; i < NNS; i++) {
@@ -501,7 +486,7 @@ pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int 
 		goto out;
 	}
 	if (plan.seccomp != PLAN_MECH_OFF)
-		request_filter(z, &plan);
+		filters_load(z, &plan);
 	pid = fork_orphan(z, &plan, mask, fds, nfds, rfd, cg, argv[4]);
 	err = pid < 0 ? errno : 0;
 	plan_free(&plan);

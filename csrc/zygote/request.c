@@ -34,7 +34,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define FILTERS_MAX 16          /* distinct seccomp filters kept */
 #define STOP_MS 2000            /* at the end, how long the runs get to end after SIGTERM (A's
 				 * own B gets 1 s: INIT_STOP_MS) */
 
@@ -76,80 +75,6 @@ static int runs_add(pid_t pid, const char *id, int sock, uint64_t digest)
 	snprintf(runs[nruns].id, sizeof runs[nruns].id, "%s", id);
 	nruns++;
 	return 0;
-}
-
-/* ---- seccomp filters: one per distinct deny list ---- */
-
-struct filter {
-	char *key;
-	void *state;
-};
-
-static struct filter filters[FILTERS_MAX];
-static size_t nfilters, next_filter;
-static struct filter *loaded;   /* the one in seccomp.c's state now */
-
-/* What seccomp_prepare() builds from: the sockets and pipes rules and the names, in order. */
-static char *filter_key(const struct plan *p, int sockets)
-{
-	size_t i, len = 6;
-	char *k, *e;
-
-	for (i = 0; i < p->ndeny_syscall; i++)
-		len += strlen(p->deny_syscall[i]) + 1;
-	k = malloc(len);
-	if (!k)
-		return NULL;
-	e = k + sprintf(k, "%d%d%d", sockets, p->unix_pairs, p->deny_pipe_growth);
-	for (i = 0; i < p->ndeny_syscall; i++)
-		e += sprintf(e, " %s", p->deny_syscall[i]);
-	return k;
-}
-
-/* In Z, before the fork of C: the filter of this plan in seccomp.c's state, built once. */
-void request_filter(const struct zygote *z, const struct plan *p)
-{
-	struct launch L;
-	struct filter *f;
-	char *key;
-	size_t i;
-
-	memset(&L, 0, sizeof L);
-	L.plan = p;
-	L.netns = z->ns.net_got;
-	key = filter_key(p, p->deny_sockets == 1 ||
-				(p->deny_sockets == 2 && (!L.netns || ns_net_shared())));
-	for (i = 0; key && i < nfilters; i++) {
-		if (strcmp(filters[i].key, key) == 0) {
-			if (loaded != &filters[i])
-				seccomp_state_load(filters[i].state);
-			loaded = &filters[i];
-			free(key);
-			return;
-		}
-	}
-	seccomp_prepare(&L);
-	loaded = NULL;
-	if (!key)
-		return;
-	f = &filters[next_filter];
-	next_filter = (next_filter + 1) % FILTERS_MAX;
-	if (f->key) {
-		free(f->key);
-		free(f->state);
-	} else {
-		nfilters++;
-	}
-	f->key = key;
-	f->state = malloc(seccomp_state_size());
-	if (f->state) {
-		seccomp_state_save(f->state);
-		loaded = f;
-	} else {
-		free(f->key);
-		f->key = NULL;
-		nfilters--;
-	}
 }
 
 /* ---- Z ---- */

@@ -82,8 +82,6 @@ int direct_fd(void);
 pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds, int *outr,
 		   int *mntns);
 int direct_outcome(int outr, int *status);      /* C's outcome: 1 and the run's status */
-/* In C: the rseq registration again (dropped by the kernel for a CLONE_VM parent). */
-void program_rseq_again(void);
 
 /* ---- control.c ---- */
 
@@ -118,8 +116,11 @@ int request_idle(void);
 size_t request_poll(const struct zygote *z, struct pollfd **pf, size_t *cap, size_t base);
 /* What poll() said of them: B's requests for its program. */
 void request_polled(struct zygote *z, const struct pollfd *pf, size_t base, size_t n);
+
+/* ---- filters.c ---- */
+
 /* In Z, before forking a C: the plan's seccomp filter in seccomp.c's state (built once). */
-void request_filter(const struct zygote *z, const struct plan *p);
+void filters_load(const struct zygote *z, const struct plan *p);
 
 /* ---- spawner.c ---- */
 
@@ -188,5 +189,7 @@ void exec_prepare(void);                /* in Z: its memory layout, for exec_lik
  * with errno when the capabilities could not be dropped. */
 int exec_like(const struct plan *p);
 void exec_dumpable(void);               /* in C, last: dumpable, as after execve() */
+/* In C: the rseq registration again (dropped by the kernel for a CLONE_VM parent). */
+void exec_rseq_again(void);
 
 #endif
