@@ -57,7 +57,7 @@ FUZZ_PKGS  := $(BUILD_PKGS) clang libclang-rt-14-dev
 LAUNCH_SRC := $(wildcard csrc/launch/*.c)
 LAUNCH_HDR := $(wildcard csrc/launch/*.h)
 CORE_SRC   := $(wildcard csrc/core/*.c)
-CORE_HDR   := $(wildcard csrc/core/*.h)
+CORE_HDR   := $(wildcard csrc/core/*.h) csrc/zygote/protocol.h
 # the zygote: the launcher's files but its main.c, and its own
 ZYGOTE_SRC := $(filter-out csrc/launch/main.c,$(LAUNCH_SRC)) $(wildcard csrc/zygote/*.c)
 ZYGOTE_HDR := $(LAUNCH_HDR) $(wildcard csrc/zygote/*.h)

@@ -2,15 +2,9 @@
  * corral.core: core.zygote, the controller's end of a warm interpreter (corral-zygote).
  *
  * The zygote is a child of the controller holding one end of a SOCK_SEQPACKET socketpair as its
- * fd 3. Messages are NUL-terminated strings:
- *   zygote -> host  ready {line}        once, when the interpreter is warm (or: failed MESSAGE)
- *   host -> zygote  run ID {ARG}        + SCM_RIGHTS: the run's stdin, stdout, stderr, report
- *   zygote -> host  pid ID PID          process A was forked (a pid of our namespace); for a
- *                                       direct run, with its pidfd (SCM_RIGHTS)
- *                   ended ID STATUS     a direct run's program ended, and its init exits next:
- *                                       the run ends once the init's pidfd is readable
- *                   exit ID STATUS      A was reaped (a raw wait status)
- *                   error ID MESSAGE    the request could not be started
+ * fd 3. Messages are NUL-terminated strings, their words those of csrc/zygote/protocol.h:
+ * ready or failed once, then per request (run) its pid, for a direct run maybe ended, and exit
+ * or error.
  * The zygote exits when its end reaches EOF, and dies with the controller.
  *
  * A zygote owns C memory (its process handle, its poll handle) freed when both are closed. A
@@ -21,6 +15,7 @@
  * does not (a controller that is done must not wait for its warm interpreter).
  */
 #include "core.h"
+#include "../zygote/protocol.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -237,19 +232,19 @@ static void on_message(struct corral_zygote *z, char *buf, size_t n, int fd) {
   uint64_t id;
   struct corral_zlink *k;
 
-  if (c < 1 || strcmp(s[0], "pid") != 0 || c < 3 || parse_u64(s[1], &id) != 0 || find_link(z, id) == NULL) {
+  if (c < 1 || strcmp(s[0], ZP_PID) != 0 || c < 3 || parse_u64(s[1], &id) != 0 || find_link(z, id) == NULL) {
     if (fd >= 0) close(fd); /* only a pid message of a run we know carries one */
     fd = -1;
   }
   if (c < 1) return;
-  if (strcmp(s[0], "ready") == 0 || strcmp(s[0], "failed") == 0) {
+  if (strcmp(s[0], ZP_READY) == 0 || strcmp(s[0], ZP_FAILED) == 0) {
     size_t tag = strlen(s[0]) + 1;
     keep_info(z, buf + tag, n - tag);
-    z->state = s[0][0] == 'r' ? Z_READY : Z_FAILED;
+    z->state = strcmp(s[0], ZP_READY) == 0 ? Z_READY : Z_FAILED;
     return;
   }
   if (c < 3 || parse_u64(s[1], &id) != 0 || (k = find_link(z, id)) == NULL) return;
-  if (strcmp(s[0], "pid") == 0) {
+  if (strcmp(s[0], ZP_PID) == 0) {
     uint64_t pid;
     if (parse_u64(s[2], &pid) != 0 || pid < 2 || pid > INT32_MAX || k->started) {
       if (fd >= 0) close(fd);
@@ -257,14 +252,14 @@ static void on_message(struct corral_zygote *z, char *buf, size_t n, int fd) {
     }
     k->started = 1;
     k->ops->pid(k->run, (int)pid, fd);
-  } else if (strcmp(s[0], "ended") == 0) {
+  } else if (strcmp(s[0], ZP_ENDED) == 0) {
     uint64_t st;
     if (parse_u64(s[2], &st) != 0 || st > INT32_MAX || k->run == NULL) return;
     if (WIFSIGNALED((int)st))
       k->ops->ended(k->run, 0, WTERMSIG((int)st));
     else
       k->ops->ended(k->run, WEXITSTATUS((int)st), 0);
-  } else if (strcmp(s[0], "exit") == 0) {
+  } else if (strcmp(s[0], ZP_EXIT) == 0) {
     uint64_t st;
     struct corral_run *r = k->run;
     if (parse_u64(s[2], &st) != 0 || st > INT32_MAX) return;
@@ -274,7 +269,7 @@ static void on_message(struct corral_zygote *z, char *buf, size_t n, int fd) {
       k->ops->exit(r, 0, WTERMSIG((int)st));
     else
       k->ops->exit(r, WEXITSTATUS((int)st), 0);
-  } else if (strcmp(s[0], "error") == 0) {
+  } else if (strcmp(s[0], ZP_ERROR) == 0) {
     link_fail(k, s[2]);
   }
 }
@@ -503,7 +498,7 @@ int corral_zygote_submit(struct corral_zygote *z, struct corral_run *r,
   }
   k = (struct corral_zlink *)calloc(1, sizeof *k);
   snprintf(idbuf, sizeof idbuf, "%llu", (unsigned long long)++z->next_id);
-  len = 4 + strlen(idbuf) + 1;
+  len = sizeof ZP_RUN + strlen(idbuf) + 1;
   for (i = 0; args[i] != NULL; i++) len += strlen(args[i]) + 1;
   if (k == NULL || (k->msg = (char *)malloc(len)) == NULL) {
     free(k);
@@ -515,8 +510,8 @@ int corral_zygote_submit(struct corral_zygote *z, struct corral_run *r,
   k->ops = ops;
   k->id = z->next_id;
   k->len = len;
-  memcpy(k->msg, "run", 4);
-  off = 4;
+  memcpy(k->msg, ZP_RUN, sizeof ZP_RUN);
+  off = sizeof ZP_RUN;
   memcpy(k->msg + off, idbuf, strlen(idbuf) + 1);
   off += strlen(idbuf) + 1;
   for (i = 0; args[i] != NULL; i++) {

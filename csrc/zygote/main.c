@@ -179,7 +179,7 @@ twice:
 
 static NORETURN void failed(const char *msg)
 {
-	const char *f[2] = { "failed", msg };
+	const char *f[2] = { ZP_FAILED, msg };
 
 	ctl_send(z.ctl, f, 2);
 	_exit(ZYGOTE_FAILED);
@@ -387,7 +387,7 @@ static void step_ready(struct strv *lines)
 
 	if (!f)
 		failed("out of memory");
-	f[0] = "ready";
+	f[0] = ZP_READY;
 	for (i = 0; i < lines->n; i++)
 		f[i + 1] = lines->v[i];
 	if (ctl_send(z.ctl, f, lines->n + 1) != 0)
@@ -481,7 +481,7 @@ int main(int argc, char **argv)
 	}
 	if (r != 0) {
 		char ignore[8];
-		const char *f[2] = { "failed", err };
+		const char *f[2] = { ZP_FAILED, err };
 
 		fprintf(stderr, "corral-zygote: %s\n", err);
 		/* The host may be waiting for ready: tell it, when the socket is usable. */

@@ -119,7 +119,7 @@ static pid_t b_start(struct launch *L, int wfd)
 	const char **f = malloc((b.nargs + 5) * sizeof *f);
 	char mask[16], rfd[16], reply[32], mounts[PLAN_MOUNTS_MAX + 2];
 	int fds[F_MAX], nfds = F_FIXED, nsend, err = 0;
-	size_t i;
+	size_t i, w;
 	ssize_t n;
 	long v;
 
@@ -142,7 +142,7 @@ static pid_t b_start(struct launch *L, int wfd)
 	if (budget_join_fd() >= 0)
 		fds[nfds++] = budget_join_fd();
 	mounts_state(mounts, sizeof mounts);
-	f[0] = "fork";
+	f[0] = ZP_FORK;
 	f[1] = mask;
 	f[2] = rfd;
 	f[3] = budget_join_fd() >= 0 ? "1" : "0";
@@ -168,10 +168,11 @@ static pid_t b_start(struct launch *L, int wfd)
 		return -1;
 	}
 	reply[n] = '\0';
-	v = n > 7 ? strtol(reply + 7, NULL, 10) : 0;
-	if (strcmp(reply, "forked") == 0 && v > 0)
+	w = strlen(reply) + 1;  /* the word, then its number */
+	v = (size_t)n > w ? strtol(reply + w, NULL, 10) : 0;
+	if (strcmp(reply, ZP_FORKED) == 0 && v > 0)
 		return (pid_t)v;
-	errno = strcmp(reply, "failed") == 0 && v > 0 ? (int)v : EPROTO;
+	errno = strcmp(reply, ZP_FAILED) == 0 && v > 0 ? (int)v : EPROTO;
 	return -1;
 }
 
@@ -468,7 +469,7 @@ pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int 
 		off += strlen(msg + off) + 1;
 	}
 	argv[nf] = NULL;
-	if (nf < 6 || len == 0 || msg[len - 1] != '\0' || strcmp(argv[0], "fork") != 0) {
+	if (nf < 6 || len == 0 || msg[len - 1] != '\0' || strcmp(argv[0], ZP_FORK) != 0) {
 		err = EPROTO;
 		goto out;
 	}
@@ -497,8 +498,8 @@ out:
 		fds[ns_fd_index(CLONE_NEWNS)] = -1;
 	}
 	if (pid > 0)
-		answer(sock, "forked", (long)pid);
+		answer(sock, ZP_FORKED, (long)pid);
 	else
-		answer(sock, "failed", err > 0 ? err : EPROTO);
+		answer(sock, ZP_FAILED, err > 0 ? err : EPROTO);
 	return pid > 0 ? pid : -1;
 }

@@ -119,7 +119,7 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		argv[nf++] = msg + off;
 		off += strlen(msg + off) + 1;
 	}
-	if (!why && strcmp(argv[0], "run") != 0)
+	if (!why && strcmp(argv[0], ZP_RUN) != 0)
 		why = "unknown request (expected run)";
 	if (!why && nf < 2)
 		why = "bad run request: no ID";
@@ -133,7 +133,7 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 	if (!why && nfds != RUN_NFDS)
 		why = "bad run request: it must carry exactly 4 fds (stdin, stdout, stderr, report)";
 	if (why) {
-		send3(z, "error", id, why);
+		send3(z, ZP_ERROR, id, why);
 		for (i = 0; i < nfds; i++)
 			close(fds[i]);
 		return;
@@ -142,7 +142,7 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 	/* Directly (direct.c), when the run allows it. */
 	pid = direct_start(z, msg, len, fds, &outr, &mntns);
 	if (pid > 0) {
-		const char *f[3] = { "pid", id, num };
+		const char *f[3] = { ZP_PID, id, num };
 		int pidfd;
 
 		for (i = 0; i < nfds; i++)
@@ -151,7 +151,7 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 			kill(pid, SIGKILL);
 			close(outr);
 			closer_give(z, mntns);
-			send3(z, "error", id, "out of memory");
+			send3(z, ZP_ERROR, id, "out of memory");
 			return;
 		}
 		runs[nruns - 1].outr = outr;
@@ -183,7 +183,7 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		close(fds[i]);
 	if (pid < 0) {
 		snprintf(perr, sizeof perr, "cannot start the run: %s", strerror(errno));
-		send3(z, "error", id, perr);
+		send3(z, ZP_ERROR, id, perr);
 		return;
 	}
 	/* "run\0" skipped: the ID and ARGS, as B sends them back */
@@ -191,11 +191,11 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		/* Untracked, A could not be reported: end it now. */
 		kill(pid, SIGKILL);
 		close(sv[0]);
-		send3(z, "error", id, "out of memory");
+		send3(z, ZP_ERROR, id, "out of memory");
 		return;
 	}
 	snprintf(num, sizeof num, "%d", (int)pid);
-	send3(z, "pid", id, num);
+	send3(z, ZP_PID, id, num);
 }
 
 /* After the run's exit message (request_reap): Z holds each run's mount namespace from C's fork
@@ -247,7 +247,7 @@ int request_reap(struct zygote *z)
 		else if (r->outr >= 0)
 			direct_outcome(r->outr, &st);  /* none: P's own status */
 		snprintf(num, sizeof num, "%d", st);
-		send3(z, "exit", r->id, num);
+		send3(z, ZP_EXIT, r->id, num);
 		run_remove(z, r);
 	}
 	return pid < 0 && errno == ECHILD ? -1 : 0;
@@ -307,7 +307,7 @@ static void run_outcome(struct zygote *z, struct run *r)
 	}
 	r->ended = 1;
 	snprintf(num, sizeof num, "%d", r->status);
-	send3(z, "ended", r->id, num);
+	send3(z, ZP_ENDED, r->id, num);
 }
 
 /* B asks for its program: fork C (program.c). It asks once: then the socket is closed. */

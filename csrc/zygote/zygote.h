@@ -30,6 +30,7 @@
 #include <sys/types.h>
 
 #include "../launch/launch.h"
+#include "protocol.h"
 
 #define MSG_MAX (1 << 20)       /* a run request, at most (its arguments) */
 #define ARGS_MAX 65536          /* arguments in one request; plan.c bounds each kind anyway */
