@@ -224,7 +224,7 @@ static void drain_cb(uv_timer_t *t) {
   maybe_finish(r);
 }
 
-/* The launcher (process A) has ended: reaped by libuv, or by the zygote that forked it. */
+/* The launcher has ended: reaped by libuv, or by the zygote that forked it. */
 static void run_exited(corral_run *r, int64_t exit_status, int term_signal) {
   r->t_end = uv_hrtime();
   r->exited = 1;
@@ -337,7 +337,7 @@ static void zygote_failed(corral_run *r, const char *why) {
     return;
   }
   if (r->zerror == NULL) r->zerror = strdup(why ? why : "failed");
-  if (r->pid > 0) signal_group(r, SIGKILL); /* A dies with its zygote; its group may not */
+  if (r->pid > 0) signal_group(r, SIGKILL); /* the launcher dies with its zygote; its group may not */
   /* A direct run's init: killed too (it would die with the zygote), and waited for, so that
    * nothing of the run is left when it ends */
   if (r->pidfd >= 0) {
@@ -849,7 +849,7 @@ static int start_spawned(corral_run *r, const char *file, char **argv, char **en
   return rc;
 }
 
-/* Ask a zygote for the run: it forks the launcher's process A from a warm interpreter. The
+/* Ask a zygote for the run: it starts the run's launcher (or its direct init). The
  * child's ends go to the zygote, which passes them on; ours are read as for a spawned launcher. */
 static int start_in_zygote(corral_run *r, struct corral_zygote *z, int has_in, size_t out_cap,
                            size_t err_cap, size_t tail, char **args) {

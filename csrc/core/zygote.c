@@ -394,7 +394,7 @@ static void close_socket(struct corral_zygote *z) {
 }
 
 /* The socket is gone (EOF, error, the process exited): every run still waiting fails. The
- * runs' processes A die with the zygote (their parent-death signal). */
+ * runs' launchers die with the zygote (their parent-death signal). */
 static void zygote_gone(struct corral_zygote *z, const char *why) {
   if (z->state != Z_FAILED) z->state = Z_GONE;
   close_socket(z);
@@ -474,7 +474,7 @@ void corral_zygote_shutdown(corral_loop *cl) {
     close_socket(z);
     if (z->process_init && !uv_is_closing((uv_handle_t *)&z->process))
       uv_close((uv_handle_t *)&z->process, zygote_closed);
-    /* the links stay: their runs are shut down by corral_runs_shutdown, which kills A */
+    /* the links stay: their runs are shut down by corral_runs_shutdown, which kills their launchers */
     while (z->links != NULL) link_detach(z->links);
   }
 }

@@ -3,23 +3,24 @@
  *   corral-init --pid PID [--fork-errno E] [--maps-errno E] --pipe FD --out FD --go FD
  *               --shared USERNS,NET,NET_ERR,NET_USER_ERR,EUID,EGID --plan ID ARGS...
  *
- * corral-zygote starts a direct run (csrc/zygote/direct.c) in a process P that it clones into the
- * run's new namespaces and that shares its memory: P forks the program C from that memory (a
- * copy of the warm interpreter), and execs this, which lets the zygote go on. This is then the
- * launcher's A and B for the run, in one process, pid 1 of the run's PID namespace:
+ * corral-zygote starts a direct run (csrc/zygote/direct.c) in a direct init that it clones into the
+ * run's new namespaces and that shares its memory: the direct init forks the program from that
+ * memory (a copy of the warm interpreter), and execs this, which lets the zygote go on. This is
+ * then the launcher and the init of the run in one process, pid 1 of the run's PID namespace:
  *
  *   1. the report's header and the launcher's steps (steps.c): session, die-with-parent, the
- *      budgets, the namespaces the clone made, reported as A reports them (ns.c, with --shared:
- *      what the zygote made once, as struct ns_shared), and the user namespace's maps;
- *   2. B's mounts (mounts.c); their state goes to C on --go, which waits for it before its own
- *      steps (C's end of that pipe sees EOF when a step here failed: C exits, nothing runs);
- *   3. what B does once C is started (reap.c): C's pipe (--pipe: its pid line or its fatal
- *      line), every process of the namespace reaped until C, the budgets polled, the stop
- *      signals from outside the namespace obeyed, the rest killed when asked or with a budget,
- *      C's status and the run's usage reported;
- *   4. C's outcome (struct outcome: exit code or signal) on --out for the zygote, which reports
- *      it as the run's status (an init cannot end by a signal of its own, as A mirrors C's),
- *      and the exit, which ends the namespace.
+ *      budgets, the namespaces the clone made, reported as the launcher reports them (ns.c, with
+ *      --shared: what the zygote made once, as struct ns_shared), and the user namespace's maps;
+ *   2. the init's mounts (mounts.c); their state goes to the program on --go, which waits for it
+ *      before its own steps (the program's end of that pipe sees EOF when a step here failed: the
+ *      program exits, nothing runs);
+ *   3. what the init does once the program is started (reap.c): the program's pipe (--pipe: its pid
+ *      line or its fatal line), every process of the namespace reaped until the program, the
+ *      budgets polled, the stop signals from outside the namespace obeyed, the rest killed when
+ *      asked or with a budget, the program's status and the run's usage reported;
+ *   4. the program's outcome (struct outcome: exit code or signal) on --out for the zygote, which
+ *      reports it as the run's status (an init cannot end by a signal of its own, as the launcher
+ *      mirrors the program's), and the exit, which ends the namespace.
  *
  * ARGS are the launcher's arguments for the run (the request's), ID the request's. It runs on
  * every warm run: built from the few launcher files it needs, statically, against musl libc
@@ -126,10 +127,12 @@ int main(int argc, char **argv)
 	if (plan_parse(&plan, argc - i - 1, argv + i + 1, perr, sizeof perr) != 0)
 		usage(perr);
 
-	/* As B: no process of the run's uid may ptrace us or take our fds (the report fd). */
+	/* As the init: no process of the run's uid may ptrace us or take our fds (the report
+	 * fd). */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-	/* As A's supervise_prepare(): the stop signals and SIGCHLD blocked (they are read with
-	 * sigtimedwait, reap.c); report writes to a closed pipe fail instead of killing us. */
+	/* As the launcher's supervise_prepare(): the stop signals and SIGCHLD blocked (they are
+	 * read with sigtimedwait, reap.c); report writes to a closed pipe fail instead of killing
+	 * us. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
 	sigaddset(&set, SIGTERM);
@@ -163,11 +166,11 @@ int main(int argc, char **argv)
 	memset(&c, 0, sizeof c);
 	c.pid = c.shown = (pid_t)pid;
 	c.errfd = (int)pipefd;
-	init_watch(&c, &o, plan.flush_signal);     /* as B */
+	init_watch(&c, &o, plan.flush_signal);     /* as the init */
 	init_end((int)out, &o);
 
 setup_failed:
 	budget_cleanup();
 	report_flush();
-	_exit(EXIT_SETUP);      /* C, waiting for its mounts, dies with the namespace */
+	_exit(EXIT_SETUP);      /* the program, waiting for its mounts, dies with the namespace */
 }

@@ -3,11 +3,11 @@
  * The rlimits (child.c) bound each process; a budget bounds the run as a whole: every process
  * of it together, those already gone included. Two modes:
  *
- * Polling (always available). The supervisor (B, the init of a PID namespace, or A, the
- * subreaper) wakes every --budget-poll-ms and walks the run: its own descendants, which are
- * exactly the run because orphans are re-parented to it in both modes. The walk starts at
- * /proc/thread-self/children and goes breadth-first through /proc/PID/task/TID/children (never
- * a listing of /proc: without a PID namespace that would be the host's processes). It sums
+ * Polling (always available). The supervisor (the init, the init of a PID namespace, or the
+ * launcher, the subreaper) wakes every --budget-poll-ms and walks the run: its own descendants,
+ * which are exactly the run because orphans are re-parented to it in both modes. The walk starts at
+ * /proc/thread-self/children and goes breadth-first through /proc/PID/task/TID/children (never a
+ * listing of /proc: without a PID namespace that would be the host's processes). It sums
  *   CPU     the larger of two lower bounds:
  *           exact: getrusage(RUSAGE_CHILDREN) of the supervisor (every process of the run it
  *             reaped, with what they had reaped themselves) + utime+stime+cutime+cstime of
@@ -39,17 +39,17 @@
  * the charge, at twice the rate it grew since the last one, could pass the limit and a quarter
  * (at least 1 ms after this one); a run whose memory holds still is polled every poll_ms.
  *
- * cgroup v2 (--cgroup DIR, a delegated directory whose cgroup.subtree_control enables memory
- * and pids). Before the namespaces, A makes DIR/corral-<A's pid>, writes memory.max (the memory
- * budget), memory.swap.max 0, memory.oom.group 1 and pids.max (--rlimit nproc), opens its
- * cgroup.procs, and checks with a throwaway child that a process can be moved in (that needs
- * write access to the cgroup.procs of the common ancestor of A's cgroup and DIR: the launcher
- * must run inside the delegated subtree). C joins it by writing "0" to that fd, before it
- * changes uid and before execve (budget_join): nothing of the program runs outside it. The
- * kernel then enforces memory.max (an OOM kill inside the cgroup, which memory.events counts:
- * "exceeded memory"); the tick reads cpu.stat usage_usec for the CPU budget. At the end:
- * cgroup.kill, the totals from cpu.stat and memory.peak, memory.events, rmdir. A cgroup that
- * cannot be used is "refused cgroup ERRNO DIR (what): how to delegate", and the budgets are
+ * cgroup v2 (--cgroup DIR, a delegated directory whose cgroup.subtree_control enables memory and
+ * pids). Before the namespaces, the launcher makes DIR/corral-<the launcher's pid>, writes
+ * memory.max (the memory budget), memory.swap.max 0, memory.oom.group 1 and pids.max (--rlimit
+ * nproc), opens its cgroup.procs, and checks with a throwaway child that a process can be moved in
+ * (that needs write access to the cgroup.procs of the common ancestor of the launcher's cgroup and
+ * DIR: the launcher must run inside the delegated subtree). The program joins it by writing "0" to
+ * that fd, before it changes uid and before execve (budget_join): nothing of the program runs
+ * outside it. The kernel then enforces memory.max (an OOM kill inside the cgroup, which
+ * memory.events counts: "exceeded memory"); the tick reads cpu.stat usage_usec for the CPU budget.
+ * At the end: cgroup.kill, the totals from cpu.stat and memory.peak, memory.events, rmdir. A cgroup
+ * that cannot be used is "refused cgroup ERRNO DIR (what): how to delegate", and the budgets are
  * polled; with --cgroup-require it is "fatal cgroup" and nothing runs.
  *
  * Observations. The walks also keep the most tasks of the run seen at once and the largest
@@ -59,7 +59,8 @@
  * (mounts_largest_file). They are written "observed NAME N" after "total": the policy names a
  * limit as the run's end only when they show it was reached.
  *
- * The state is this file's: the launcher is one process, B and C inherit it with fork().
+ * The state is this file's: the launcher is one process, the init and program inherit it with
+ * fork().
  */
 #include "launch.h"
 
@@ -107,7 +108,7 @@ static struct {
 	/* What the walks saw, for the report's "observed" lines (the reason of the run's end is
 	 * decided from them, never from what the program prints) */
 	const struct plan *plan;
-	int end_seen;                   /* the walk at C's exit was made */
+	int end_seen;                   /* the walk at the program's exit was made */
 	unsigned long long peak_tasks;  /* the most tasks of the run in one walk */
 	unsigned long long peak_vm_kb;  /* the largest address space of one process */
 	/* cgroup mode */
@@ -115,7 +116,7 @@ static struct {
 	int cg_made;            /* 1: it was made (stays set once it is removed) */
 	int cg_parent;          /* DIR (O_PATH) */
 	int cg_dir;             /* DIR/NAME (O_PATH) */
-	int cg_procs;           /* DIR/NAME/cgroup.procs, for C */
+	int cg_procs;           /* DIR/NAME/cgroup.procs, for the program */
 	int cg_cpu;             /* cpu.stat */
 	int cg_events;          /* memory.events */
 	int cg_peak;            /* memory.peak, or memory.current before Linux 5.19 */
@@ -399,7 +400,8 @@ static void walk_run(void)
 		const struct seen *before;
 
 		if (read_stat(e->pid, &s) != 0)
-			continue;       /* reaped since it was listed: its times are with its reaper */
+			continue;       /* reaped since it was listed: its times are with its
+					 * reaper */
 		e->read = 1;
 		e->start = s.start;
 		e->own = s.own;
@@ -677,7 +679,7 @@ static void cg_kill_now(void)
 	while (n < 0 && errno == EINTR);
 }
 
-/* 1 when DIR/NAME is still the cgroup we made (B may have removed it, and a launcher of the
+/* 1 when DIR/NAME is still the cgroup we made (the init may have removed it, and a launcher of the
  * same pid in another PID namespace sharing DIR may have made one of that name since). */
 static int cg_ours(void)
 {
@@ -753,7 +755,8 @@ static int cg_fail(int err, char *detail, size_t len, const char *dir, const cha
 	return err;
 }
 
-/* A throwaway child moves itself in as C will (same creds, same cgroup, same fd): 0 or errno. */
+/* A throwaway child moves itself in as the program will (same creds, same cgroup, same fd): 0 or
+ * errno. */
 static int cg_try_join(void)
 {
 	int st;
@@ -1000,7 +1003,8 @@ void budget_finish(int empty)
 		bud.live_us = 0;
 		cg_remove();
 	} else if (bud.on) {
-		measure_walk(!empty);   /* what is still alive: normally nothing, the run was reaped */
+		measure_walk(!empty);   /* what is still alive: normally nothing, the run was
+					 * reaped */
 	}
 }
 
@@ -1043,9 +1047,9 @@ void budget_report_total(const struct rusage *ru)
 	line_send(&l, report_get_fd());
 }
 
-/* C has exited and is not reaped yet: one more walk, so that the tasks it leaves (its zombie
- * and its children, which the kernel still counts against RLIMIT_NPROC) are seen however short
- * the run was. Once; one waitid() per call until then. Not after an exit 0, where the count
+/* The program has exited and is not reaped yet: one more walk, so that the tasks it leaves (its
+ * zombie and its children, which the kernel still counts against RLIMIT_NPROC) are seen however
+ * short the run was. Once; one waitid() per call until then. Not after an exit 0, where the count
  * decides nothing: a run that succeeded pays the waitid() calls alone (about 1.5 us each). */
 void budget_observe_exit(pid_t pid)
 {

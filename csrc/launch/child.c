@@ -1,4 +1,4 @@
-/* child.c: the program C, between fork and execve.
+/* child.c: the program, between fork and execve.
  *
  * Only async-signal-safe calls: no malloc, no stdio. Each step is a small function; child_run()
  * calls them in one flat list. A failure goes to the supervisor as {MSG_FATAL, what, errno} over
@@ -265,17 +265,19 @@ static int step_close_fds(void)
 }
 
 
-/* The Landlock ruleset, made by C's parent before C exists (child_prepare), or not yet. */
+/* The Landlock ruleset, made by the program's parent before the program exists (child_prepare), or
+ * not yet. */
 static struct {
 	int done;
 	int rc;                 /* landlock_prepare()'s */
 	struct landlock ll;
 } prepared;
 
-/* In B, before it starts C: with --prestart, before the wait, so that the ruleset's paths are
- * opened and its rules added while no run waits. C enforces it. The paths are opened as the
- * launcher's user, after the mounts, as C would open them. Without a PID namespace (no B), and
- * for corral-zygote's C (not B's child), C makes it itself. */
+/* In the init, before it starts the program: with --prestart, before the wait, so that the
+ * ruleset's paths are opened and its rules added while no run waits. The program enforces it. The
+ * paths are opened as the launcher's user, after the mounts, as the program would open them.
+ * Without a PID namespace (no init), and for corral-zygote's program (not the init's child), the
+ * program makes it itself. */
 void child_prepare(const struct launch *L)
 {
 	if (prepared.done)
@@ -284,7 +286,7 @@ void child_prepare(const struct launch *L)
 	prepared.done = 1;
 }
 
-/* After C is started: the parent's copy of the ruleset fd is not needed. */
+/* After the program is started: the parent's copy of the ruleset fd is not needed. */
 void child_prepared_close(void)
 {
 	if (prepared.done && prepared.ll.fd >= 0) {
@@ -293,8 +295,8 @@ void child_prepared_close(void)
 	}
 }
 
-/* The dispositions a program would inherit through execve that are not the default: execve
- * resets a handler, not SIG_IGN. Noted once, in A after it ignored SIGPIPE and SIGXFSZ itself
+/* The dispositions a program would inherit through execve that are not the default: execve resets a
+ * handler, not SIG_IGN. Noted once, in the launcher after it ignored SIGPIPE and SIGXFSZ itself
  * (signals_note): those, and what whoever started the launcher left ignored (nohup's SIGHUP). The
  * launcher installs no handler. */
 static struct {
@@ -345,7 +347,7 @@ static void ksig_default(int s)
 }
 #endif
 
-/* Every disposition default, nothing blocked. C's last step before the seccomp filter and
+/* Every disposition default, nothing blocked. The program's last step before the seccomp filter and
  * execve (a default SIGPIPE could kill us on a report write to a closed pipe); corral-zygote's
  * too, before its interpreter starts and in each run it forks. */
 void signals_reset(void)
@@ -358,8 +360,8 @@ void signals_reset(void)
 	sigemptyset(&sa.sa_mask);
 	for (s = 1; s < NSIG; s++)
 		if (s != SIGKILL && s != SIGSTOP)
-			/* EINVAL for glibc's reserved 32 and 33: a process that goes on running glibc
-			 * (the warm interpreter) keeps its handlers for them */
+			/* EINVAL for glibc's reserved 32 and 33: a process that goes on running
+			 * glibc (the warm interpreter) keeps its handlers for them */
 			sigaction(s, &sa, NULL);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
@@ -376,9 +378,10 @@ void signals_note(void)
 	sigs.noted = 1;
 }
 
-/* C before execve: what was noted ignored back to the default, nothing blocked. One system call
- * per such signal (two, as a rule) instead of one per signal; without a note, signals_reset().
- * Before execve 32 and 33 are reset too: the program's own libc sets them up again. */
+/* The program before execve: what was noted ignored back to the default, nothing blocked. One
+ * system call per such signal (two, as a rule) instead of one per signal; without a note,
+ * signals_reset(). Before execve 32 and 33 are reset too: the program's own libc sets them up
+ * again. */
 static void signals_reset_exec(void)
 {
 	sigset_t none;
@@ -411,8 +414,9 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	step_send_pid(errfd);
 	if (budget_join() != 0)                 /* the run cgroup, while we have our uid */
 		die(errfd, W_CGROUP, errno);
-	/* Landlock's paths are opened as the launcher's user, and before a small nofile limit. C
-	 * may share its parent's memory until execve: it works on a copy of the prepared ruleset. */
+	/* Landlock's paths are opened as the launcher's user, and before a small nofile limit. The
+	 * program may share its parent's memory until execve: it works on a copy of the prepared
+	 * ruleset. */
 	if (prepared.done) {
 		ll = prepared.ll;
 		if (prepared.rc != 0)

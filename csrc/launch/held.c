@@ -3,7 +3,7 @@
  *
  * A process's resident size counts the pages it maps. These it can fill, let go of, and the
  * kernel keeps them for the run, in the run's own scratch mounts and IPC namespace:
- *   tmpfs     each --tmpfs and the --work-tmpfs that B mounted: the blocks in use, by fstatfs()
+ *   tmpfs     each --tmpfs and the --work-tmpfs that the init mounted: the blocks in use, by fstatfs()
  *             of the mount's root (an O_PATH fd opened right after the mount): a file's pages
  *             whether mapped or not, unlinked-but-open and O_TMPFILE files included;
  *   SysV shm  the segments no process has attached (nattch 0 in /proc/sysvipc/shm, read only
@@ -25,10 +25,10 @@
  *             past that only those in its processes' fd tables (its own /proc lists them alone):
  *             then a socket held only in flight (sent in a message, closed by all) is missed,
  *             at most RLIMIT_NOFILE of them (the kernel's bound on fds in flight per user).
- * /proc/sysvipc and the *_INFO calls see the IPC namespace of their caller: held_ipc() is called
- * by B (or corral-init) once it is in the run's namespaces, never by A, whose IPC namespace is
- * the host's. A tmpfs page that a process maps counts twice (in its resident size and in the
- * mount's blocks): an overcount, never an undercount.
+ * /proc/sysvipc and the *_INFO calls see the IPC namespace of their caller: held_ipc() is called by
+ * the init (or corral-init) once it is in the run's namespaces, never by the launcher, whose IPC
+ * namespace is the host's. A tmpfs page that a process maps counts twice (in its resident size and
+ * in the mount's blocks): an overcount, never an undercount.
  *
  * Not counted here: POSIX message queues (charged at mq_open to RLIMIT_MSGQUEUE, which the
  * policy sets), memfds (refused by the policy's seccomp list: one passed through a unix socket
@@ -38,12 +38,12 @@
  * A tick: three *_INFO calls (and a file when a segment exists), an fstatfs() per mount and a
  * sock_diag dump: no allocation, stack buffers only.
  *
- * Where it can, B also bounds the IPC namespace itself (held_ipc): its sysctls belong to the
- * root of the user namespace that owns it, which B is as root (in no user namespace, or one that
- * maps 0). Then a segment, the sum of segments, the message queues (at the worst, 1 MiB each:
- * 16384 one-byte messages of 64 bytes in the kernel) and the semaphores each fit in the budget,
- * and the program is refused past it. Without root (the caller's uid mapped to itself) the
- * kernel refuses the write ("refused ipc-limits EACCES"), and the counting above stands alone.
+ * Where it can, the init also bounds the IPC namespace itself (held_ipc): its sysctls belong to the
+ * root of the user namespace that owns it, which the init is as root (in no user namespace, or one
+ * that maps 0). Then a segment, the sum of segments, the message queues (at the worst, 1 MiB each:
+ * 16384 one-byte messages of 64 bytes in the kernel) and the semaphores each fit in the budget, and
+ * the program is refused past it. Without root (the caller's uid mapped to itself) the kernel
+ * refuses the write ("refused ipc-limits EACCES"), and the counting above stands alone.
  */
 #include "launch.h"
 
@@ -126,7 +126,8 @@ static struct {
 	int ipc;                        /* 1: /proc/sysvipc is the run's */
 	size_t n;
 	int fd[HELD_MOUNTS];            /* O_PATH roots of the run's tmpfs mounts */
-	int diag;                       /* NETLINK_SOCK_DIAG socket, or -1: unix buffers not counted */
+	int diag;                       /* NETLINK_SOCK_DIAG socket, or -1: unix buffers not
+					 * counted */
 	int by_uid;                     /* count only the sockets of uid */
 	int by_fd;                      /* ... and past a sixteenth of the budget, those in fds */
 	unsigned long long budget_kb;

@@ -1,10 +1,10 @@
-/* landlock.c: Landlock for the program C (--landlock, --fs-ro, --fs-rw, --deny-tcp, --scope).
+/* landlock.c: Landlock for the program (--landlock, --fs-ro, --fs-rw, --deny-tcp, --scope).
  *
  * Two halves, both called from child_run() (child.c), so only async-signal-safe calls and stack
  * buffers here:
- *   landlock_prepare()  before C changes its uid: asks the kernel's ABI, makes the ruleset and
- *                       adds one rule per listed path, opened O_PATH as the launcher's user
- *                       (who can open every path it was given; the program's uid may not);
+ *   landlock_prepare()  before the program changes its uid: asks the kernel's ABI, makes the
+ *                       ruleset and adds one rule per listed path, opened O_PATH as the launcher's
+ *                       user (who can open every path it was given; the program's uid may not);
  *   landlock_enforce()  after PR_SET_NO_NEW_PRIVS (without CAP_SYS_ADMIN the kernel wants it):
  *                       landlock_restrict_self, then the applied lines.
  *
@@ -329,8 +329,8 @@ int landlock_prepare(const struct plan *p, struct landlock *ll)
 		add_path(ll, p->fs_ro[i], LL_RO_RIGHTS);
 	}
 	for (i = 0; i < p->nfs_rw; i++) {
-		/* A --tmpfs path is the run's own only when it was mounted; without the mount it
-		 * is the host's directory (/tmp, /dev/shm...), shared with everyone: not granted. */
+		/* A --tmpfs path is the run's own only when it was mounted; without the mount it is
+		 * the host's directory (/tmp, /dev/shm...), shared with everyone: not granted. */
 		if (mounts_tmpfs_made(p, p->fs_rw[i]) == 0) {
 			report_refused_at("fs-path", EPERM, p->fs_rw[i],
 					  "its private tmpfs was not mounted, so write access to "

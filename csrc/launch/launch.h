@@ -12,13 +12,17 @@
  *   budget.c     whole-run CPU and memory budgets: polling, or a cgroup v2 (--cgroup)
  *   held.c       what the kernel holds for the run besides its pages (tmpfs, SysV IPC)
  *   child.c      the program's steps between fork and execve
- *   seccomp.c    the program's seccomp filter: built by A before any fork, loaded by C last
+ *   seccomp.c    the program's seccomp filter: built by the launcher before any fork, loaded by the
+ *                program last
  *   landlock.c   Landlock for the program: --fs-ro, --fs-rw, --deny-tcp, --scope
  *   probe.c      --probe
  *   relay.c      --relay: a wrapper's program, whose death by a signal it passes on
  *
- * Process names used in comments: A is the launcher, B the init of a PID namespace (pid 1
- * inside), C the program (forked by B, or by A without a PID namespace).
+ * Processes, by role (docs/internals.md has the table of who forks whom): the launcher is
+ * corral-launch's own process (or, in corral-zygote, the one the spawner starts per run); the
+ * init is pid 1 of the run's PID namespace, forked by the launcher; the program is the process
+ * that becomes python3, forked by the init (or by the launcher without a PID namespace). The
+ * supervisor is whichever of the init and the launcher waits for the program.
  */
 #ifndef CORRAL_LAUNCH_H
 #define CORRAL_LAUNCH_H
@@ -98,30 +102,33 @@ struct launch {
 	/* Set by the caller of launch_run(): */
 	pid_t parent;           /* the pid getppid() must be (0: not checked) */
 	const struct ns_shared *shared;         /* corral-zygote: namespaces made once, or NULL */
-	int seccomp_ready;      /* corral-zygote: the filter was prepared before A was forked */
-	/* corral-zygote: what C does instead of execve (child.c), with the pipe to its supervisor
-	 * (child_die); NULL: execve */
+	int seccomp_ready;      /* corral-zygote: the filter was prepared before the launcher was
+				 * forked */
+	/* corral-zygote: what the program does instead of execve (child.c), with the pipe to its
+	 * supervisor (child_die); NULL: execve */
 	void (*run_program)(const struct launch *L, int errfd) __attribute__((noreturn));
-	/* corral-zygote: C is forked by the zygote from its warm interpreter into this run's
-	 * namespaces, not by the init B (which holds no interpreter); it becomes B's child (its
-	 * parent exits at once: the namespace's init inherits it). start_program asks for it, wfd
-	 * being C's end of the pipe to B: C's pid in the namespace, or -1 with errno. NULL: B
-	 * forks C itself. */
+	/* corral-zygote: the program is forked by the zygote from its warm interpreter into this
+	 * run's namespaces, not by the init (which holds no interpreter); it becomes the init's
+	 * child (its parent exits at once: the namespace's init inherits it). start_program asks
+	 * for it, wfd being the program's end of the pipe to the init: the program's pid in the
+	 * namespace, or -1 with errno. NULL: the init forks the program itself. */
 	pid_t (*start_program)(struct launch *L, int wfd);
-	/* corral-zygote: what B does for start_program ahead of the run (before --prestart's
+	/* corral-zygote: what the init does for start_program ahead of the run (before --prestart's
 	 * wait); NULL: nothing */
 	void (*prepare_program)(struct launch *L);
-	/* corral-zygote's direct run (csrc/zygote/direct.c): the zygote's clone made the run's
-	 * new PID, mount and IPC namespaces (and a user namespace without root), whose init
-	 * corral-init takes these steps: ns_apply() reports them as made. In C: its parent shared
-	 * the zygote's memory. */
+	/* corral-zygote's direct run (csrc/zygote/direct.c): the zygote's clone made the run's new
+	 * PID, mount and IPC namespaces (and a user namespace without root), whose init corral-init
+	 * takes these steps: ns_apply() reports them as made. In the program: its parent shared the
+	 * zygote's memory. */
 	int direct;
-	int direct_maps_err;    /* why P could not write the user namespace's maps (0: it did) */
+	int direct_maps_err;    /* why the direct init could not write the user namespace's maps (0:
+				 * it did) */
 	/* Processes of the run other than the program's that RLIMIT_NPROC counts with the
 	 * program's: the kernel counts every task of a uid in a user namespace (and in each
 	 * namespace below it) against the limit of the process that forks, so without --uid the
-	 * supervisor A and the init B, which keep the program's uid in its user namespace, take
-	 * slots of --rlimit nproc. C sets RLIMIT_NPROC to the plan's value plus these. */
+	 * supervisor the launcher and the init, which keep the program's uid in its user namespace,
+	 * take slots of --rlimit nproc. The program sets RLIMIT_NPROC to the plan's value plus
+	 * these. */
 	int nproc_beside;
 };
 
@@ -208,26 +215,28 @@ int ns_hold(const struct plan *p);
 
 /* ---- mounts.c ---- */
 
-int mounts_apply(const struct launch *L);       /* in B, before it forks C: 0, or -1 after a
-						 * fatal line */
-/* For a --tmpfs PATH of the plan: 1 when B mounted it (C inherits the answer), 0 when not (no
- * mount namespace, or refused); -1: PATH is not a --tmpfs path. */
+int mounts_apply(const struct launch *L);       /* in the init, before it forks the program: 0, or
+						 * -1 after a fatal line */
+/* For a --tmpfs PATH of the plan: 1 when the init mounted it (the program inherits the answer), 0
+ * when not (no mount namespace, or refused); -1: PATH is not a --tmpfs path. */
 int mounts_tmpfs_made(const struct plan *p, const char *path);
-/* 1 when B mounted a private /proc (only the run's processes in it). */
+/* 1 when the init mounted a private /proc (only the run's processes in it). */
 int mounts_proc_made(void);
-/* corral-zygote: what B mounted, as a string of PLAN_MOUNTS_MAX + 1 characters (and the NUL),
- * for a C that did not inherit it from B; and C's end of it. */
+/* corral-zygote: what the init mounted, as a string of PLAN_MOUNTS_MAX + 1 characters (and the
+ * NUL), for a program that did not inherit it from the init; and the program's end of it. */
 void mounts_state(char *buf, size_t len);
 void mounts_state_set(const char *s);
 /* "refused private-tmp" / "refused work-tmpfs" for what the plan asked, when there is no mount
  * namespace to make them in; why completes the message. */
 void mounts_refuse(const struct plan *p, int err, const char *why);
-/* The size of the largest regular file in --chdir and the --tmpfs B mounted (a bounded walk). */
+/* The size of the largest regular file in --chdir and the --tmpfs the init mounted (a bounded
+ * walk). */
 unsigned long long mounts_largest_file(const struct plan *p);
 
-/* ---- child.c: C, between fork and execve ---- */
+/* ---- child.c: the program, between fork and execve ---- */
 
-/* Messages from C to its supervisor over the close-on-exec pipe; EOF alone: execve worked. */
+/* Messages from the program to its supervisor over the close-on-exec pipe; EOF alone: execve
+ * worked. */
 enum { MSG_PID = 1, MSG_FATAL = 2 };
 
 struct child_msg {
@@ -236,19 +245,22 @@ struct child_msg {
 	int value;              /* MSG_PID: pid in /proc's namespace; MSG_FATAL: errno */
 };
 
-/* In A, once its own dispositions are set: which signals are ignored, for C to reset. */
+/* In the launcher, once its own dispositions are set: which signals are ignored, for the program to
+ * reset. */
 void signals_note(void);
-/* In C's parent, before C is started: the Landlock ruleset, which C then only enforces. */
+/* In the program's parent, before the program is started: the Landlock ruleset, which the program
+ * then only enforces. */
 void child_prepare(const struct launch *L);
-void child_prepared_close(void);        /* once C is started */
+void child_prepared_close(void);        /* once the program is started */
 /* parent: the supervisor's getpid() before fork; errfd: write end of the pipe. */
 NORETURN void child_run(const struct launch *L, pid_t parent, int errfd);
-/* C's failure: {MSG_FATAL, w, err} to the supervisor (the fatal line), and the exit code. */
+/* The program's failure: {MSG_FATAL, w, err} to the supervisor (the fatal line), and the exit
+ * code. */
 NORETURN void child_die(int errfd, enum what w, int err);
 
-/* ---- landlock.c: in C, called by child_run() ---- */
+/* ---- landlock.c: in the program, called by child_run() ---- */
 
-/* A ruleset made before C changes its uid, enforced after PR_SET_NO_NEW_PRIVS. */
+/* A ruleset made before the program changes its uid, enforced after PR_SET_NO_NEW_PRIVS. */
 struct landlock {
 	int fd;                 /* the ruleset; -1: nothing to enforce */
 	int abi;                /* the ABI used (the kernel's, capped at the newest known) */
@@ -269,16 +281,17 @@ int landlock_abi(void);
 
 /* ---- seccomp.c ---- */
 
-void seccomp_prepare(const struct launch *L);     /* in A, before any fork: builds the filter */
+void seccomp_prepare(const struct launch *L);     /* in the launcher, before any fork: builds the
+						   * filter */
 /* corral-zygote keeps the filters it built: what seccomp_prepare() left, copied out and back. */
 size_t seccomp_state_size(void);
 void seccomp_state_save(void *buf);
 void seccomp_state_load(const void *buf);
-int seccomp_apply(const struct plan *p);        /* in C, last before execve: loads it and
+int seccomp_apply(const struct plan *p);        /* in the program, last before execve: loads it and
 						 * reports; -1 with errno: fatal (require) */
-/* In B, before C is started (and before --prestart's wait): loads the filter on B itself, which
- * C inherits, when nothing B and C still do is denied; seccomp_apply then only reports. Failing,
- * it leaves the load to C. */
+/* In the init, before the program is started (and before --prestart's wait): loads the filter on
+ * the init itself, which the program inherits, when nothing the init and program still do is
+ * denied; seccomp_apply then only reports. Failing, it leaves the load to the program. */
 void seccomp_load_early(const struct plan *p);
 int seccomp_probe(void);                        /* in a forked child: 0 or an errno */
 
@@ -291,12 +304,12 @@ struct outcome {
 	int value;              /* exit code or signal number */
 };
 
-/* ---- reap.c: the program C, seen from the process that waits for it ---- */
+/* ---- reap.c: the program, seen from the process that waits for it ---- */
 
 struct prog {
-	pid_t pid;              /* fork()'s value (namespace-local under B) */
+	pid_t pid;              /* fork()'s value (namespace-local under the init) */
 	pid_t shown;            /* as /proc names it, from MSG_PID */
-	int errfd;              /* read end of C's close-on-exec pipe; -1 after EOF */
+	int errfd;              /* read end of the program's close-on-exec pipe; -1 after EOF */
 	int have_fatal;
 	int fatal_what;
 	int fatal_err;
@@ -306,16 +319,19 @@ struct prog {
 				 * run is left but itself */
 };
 
-/* One read of C's pipe (blocks when nothing is there); at EOF, C's pid line unless a fatal one
- * came. */
+/* One read of the program's pipe (blocks when nothing is there); at EOF, the program's pid line
+ * unless a fatal one came. */
 void prog_read(struct prog *c);
-/* C is gone (or was killed): the fatal line, or status, usage and total; the outcome to mirror. */
+/* The program is gone (or was killed): the fatal line, or status, usage and total; the outcome to
+ * mirror. */
 void prog_finish(struct prog *c, struct outcome *out);
 int reap_one(struct prog *c);           /* 1 reaped a child, 0 none ready, -1 no child left */
-/* The run is being ended before C was reaped: usage and total so far, flushed (see reap.c). */
+/* The run is being ended before the program was reaped: usage and total so far, flushed (see
+ * reap.c). */
 void prog_report_so_far(const struct prog *c);
-/* The init of C's PID namespace: reaps every process until C; 1 when asked to end the run (a
- * stop signal from outside the namespace, or over a budget), 0 when C has ended. */
+/* The init of the program's PID namespace: reaps every process until the program; 1 when asked to
+ * end the run (a stop signal from outside the namespace, or over a budget), 0 when the program has
+ * ended. */
 int init_wait(struct prog *c);
 void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace */
 /* The signal the prelude (lua/corral/prelude.lua) flushes the program's output on, and how long
@@ -324,7 +340,8 @@ void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace *
 #define FLUSH_MS 100
 void init_flush(struct prog *c);
 void flush_status(struct prog *c);
-/* The init once C is started: C's pipe, the wait, the end in the report; C's outcome in o. */
+/* The init once the program is started: the program's pipe, the wait, the end in the report; the
+ * program's outcome in o. */
 void init_watch(struct prog *c, struct outcome *o, int flush);
 /* The init's end: the report flushed, the outcome written on outfd, exit 0. */
 NORETURN void init_end(int outfd, const struct outcome *o);
@@ -350,22 +367,24 @@ long long now_ms(void);                         /* CLOCK_MONOTONIC */
 
 /* ---- held.c: memory the kernel holds for the run, for the polled memory budget ---- */
 
-void held_watch_mount(const struct plan *p, const char *path);  /* B: a tmpfs it mounted */
-void held_ipc(const struct plan *p);    /* B, in the run's IPC namespace: bounds, watch */
-void held_watch_net(const struct launch *L);    /* B, in the run's network namespace */
+void held_watch_mount(const struct plan *p, const char *path);  /* the init: a tmpfs it mounted */
+void held_ipc(const struct plan *p);    /* the init, in the run's IPC namespace: bounds, watch */
+void held_watch_net(const struct launch *L);    /* the init, in the run's network namespace */
 unsigned long long held_kb(void);       /* KiB held now (0 when nothing is watched) */
 int held_is_init(void);         /* 1: in the init of the run's PID namespace (held_ipc ran) */
 
 /* ---- budget.c: whole-run budgets (--budget-*, --cgroup) ---- */
 
-/* A, before the namespaces: the run cgroup, the applied/refused lines. 0, or -1 after a fatal
- * line (--cgroup-require). Without budgets and --cgroup: nothing. */
+/* The launcher, before the namespaces: the run cgroup, the applied/refused lines. 0, or -1 after a
+ * fatal line (--cgroup-require). Without budgets and --cgroup: nothing. */
 int budget_prepare(const struct launch *L);
-/* C, before it changes uid: joins the run cgroup (async-signal-safe). 0, or -1 with errno. */
+/* The program, before it changes uid: joins the run cgroup (async-signal-safe). 0, or -1 with
+ * errno. */
 int budget_join(void);
-/* The supervisor (B or A): */
-int budget_join_fd(void);       /* corral-zygote: the run cgroup's cgroup.procs for C, or -1 */
-void budget_set_join_fd(int fd);        /* ... in a C that did not inherit it from B */
+/* The supervisor (the init or launcher): */
+int budget_join_fd(void);       /* corral-zygote: the run cgroup's cgroup.procs for the program, or
+				 * -1 */
+void budget_set_join_fd(int fd);        /* ... in a program that did not inherit it from the init */
 int budget_active(void);        /* 1: a budget or a run cgroup (the run is killed before the
 				 * final report, and a total line follows usage) */
 int budget_wait_ms(void);       /* ms to the next tick (0: due), or -1: no budget, wait forever */
@@ -376,9 +395,10 @@ void budget_finish(int empty);  /* the run is over, before status: final measure
 				 * the run cgroup emptied and removed */
 void budget_measure_now(void);  /* the run is about to be torn down: measure it as it is */
 void budget_report_total(const struct rusage *ru);     /* "total", after usage */
-void budget_observe_exit(pid_t pid);    /* before reaping: C exited? then a last walk */
+void budget_observe_exit(pid_t pid);    /* before reaping: the program exited? then a last walk */
 void budget_report_observed(int wstatus);       /* the "observed" lines, after total */
-void budget_cleanup(void);      /* A at the end, whatever happened: the run cgroup is removed */
+void budget_cleanup(void);      /* the launcher at the end, whatever happened: the run cgroup is
+				 * removed */
 
 /* ---- probe.c ---- */
 

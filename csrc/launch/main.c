@@ -35,9 +35,9 @@ static void write_all(int fd, const char *s)
 	}
 }
 
-/* 0a. First of all: not dumpable, so that a process of our uid (the program, when there is no
- * user namespace and no --uid) cannot ptrace us, take our fds with pidfd_getfd (the report fd:
- * it could forge lines), or read our /proc/PID/environ, fd and mem. Kept across fork (B, C
+/* 0a. First of all: not dumpable, so that a process of our uid (the program, when there is no user
+ * namespace and no --uid) cannot ptrace us, take our fds with pidfd_getfd (the report fd: it could
+ * forge lines), or read our /proc/PID/environ, fd and mem. Kept across fork (the init, program
  * until its execve). */
 static void step_not_dumpable(void)
 {
@@ -60,7 +60,7 @@ int main(int argc, char **argv)
 	char err[256];
 
 	step_not_dumpable();                    /* 0a. */
-	/* the plan points into a copy: B, the run's pid 1, hides the original (steps.c) */
+	/* the plan points into a copy: the init, the run's pid 1, hides the original (steps.c) */
 	argv = args_copy(argc, argv);
 	if (!argv)
 		usage_error("out of memory");

@@ -1,6 +1,6 @@
-/* mounts.c: the init B's mount namespace, which comes with the PID namespace.
+/* mounts.c: the init's mount namespace, which comes with the PID namespace.
  *
- * mounts_apply() is the flat list of B's mount steps, before B forks the program:
+ * mounts_apply() is the flat list of the init's mount steps, before the init forks the program:
  *   1. make every mount private, so nothing below propagates back to the host (refused: none of
  *      the steps below is taken, the program sees the host's /proc and /tmp);
  *   2. a fresh /proc for this PID namespace;
@@ -46,8 +46,8 @@ void mounts_refuse(const struct plan *p, int err, const char *why)
 }
 
 /* The path of --tmpfs i, NUL-terminated (plan.c checked its length). */
-/* Which --tmpfs were mounted, and whether /proc is the run's own: B sets them before it forks C,
- * which inherits them (landlock.c asks). */
+/* Which --tmpfs were mounted, and whether /proc is the run's own: the init sets them before it
+ * forks the program, which inherits them (landlock.c asks). */
 static unsigned char tmpfs_made[PLAN_MOUNTS_MAX];
 static int proc_made;
 
@@ -101,7 +101,7 @@ static const char *tmpfs_path(const struct plan *p, size_t i, char *buf)
 }
 
 /* mkdir -p, mode 0755 whatever the umask, for what does not exist yet. Used only where nothing
- * but B can have written: inside a tmpfs mounted here, or along a path the host made. */
+ * but the init can have written: inside a tmpfs mounted here, or along a path the host made. */
 static int mkdir_p(const char *path)
 {
 	char buf[PATH_MAX];
@@ -311,7 +311,7 @@ int mounts_apply(const struct launch *L)
 	size_t i;
 	int r = 0;
 
-	held_ipc(p);            /* B is in the run's IPC namespace: bound it, count it */
+	held_ipc(p);            /* the init is in the run's IPC namespace: bound it, count it */
 	if (step_private() != 0) {                              /* 1 */
 		int err = errno;
 
@@ -337,7 +337,8 @@ int mounts_apply(const struct launch *L)
 
 /* ---- after the run: the largest file ---- */
 
-#define SCAN_ENTRIES 1024       /* entries looked at in all: a run that leaves more is said less of */
+#define SCAN_ENTRIES 1024       /* entries looked at in all: a run that leaves more is said less
+				 * of */
 #define SCAN_DEPTH 4            /* directories below each top */
 
 /* The largest regular file under the directory dfd, depth levels down; *left counts the entries

@@ -69,7 +69,7 @@ static int write_close(int fd, const char *data)
 	return -1;
 }
 
-/* "A A 1" and, when B differs, "B B 1" (ascending: the kernel wants no overlap). */
+/* "A A 1" and, when the init differs, "B B 1" (ascending: the kernel wants no overlap). */
 static void format_map(char *buf, size_t len, unsigned a, unsigned b)
 {
 	if (a == b)
@@ -312,7 +312,7 @@ static void report_refusal(const struct launch *L, const struct attempt *a, enum
 
 /* ---- a shared network namespace ---- */
 
-static int net_shared;  /* 1: the run joined the holder's namespace (C inherits it) */
+static int net_shared;  /* 1: the run joined the holder's namespace (the program inherits it) */
 
 int ns_net_shared(void)
 {
@@ -432,7 +432,8 @@ static int join_holder(struct launch *L, pid_t pid)
 		goto fail;
 	}
 	if (!same_ns(userfd, "/proc/self/ns/user")) {
-		/* Root's run uid must be mapped there: the holder makes no user namespace as root. */
+		/* Root's run uid must be mapped there: the holder makes no user namespace as
+		 * root. */
 		if (L->euid == 0) {
 			errno = EPERM;
 			goto fail;
@@ -679,8 +680,9 @@ int ns_apply(struct launch *L)
 	L->euid = s ? s->euid : geteuid();
 	L->egid = s ? s->egid : getegid();
 	if (s) {
-		/* corral-zygote: this run is already in the network namespace (and the user namespace
-		 * it needed) that the zygote made once; only the PID namespace is made here. */
+		/* corral-zygote: this run is already in the network namespace (and the user
+		 * namespace it needed) that the zygote made once; only the PID namespace is made
+		 * here. */
 		L->userns = s->userns;
 		net.got = s->net_got;
 		/* runs of one zygote share its namespace as runs joined to a holder share the
@@ -698,8 +700,8 @@ int ns_apply(struct launch *L)
 	if (p->pidns)
 		all.flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC;
 	if (!all.flags && !s && !net_shared) {
-		/* no user namespace of the run's: A has the program's uid where the kernel counts
-		 * it, as does everything else of that uid on the host */
+		/* no user namespace of the run's: the launcher has the program's uid where the
+		 * kernel counts it, as does everything else of that uid on the host */
 		if (!p->has_ids)
 			L->nproc_beside = 1;
 		refuse_mounts(p, &pid);
@@ -717,8 +719,8 @@ int ns_apply(struct launch *L)
 	if (nested) {
 		int err = 0;
 
-		/* a direct run's maps were written by P, which had the capabilities (corral-init
-		 * lost them at its execve but for the ambient ones) */
+		/* a direct run's maps were written by the direct init, which had the capabilities
+		 * (corral-init lost them at its execve but for the ambient ones) */
 		if (L->direct)
 			err = L->direct_maps_err;
 		else if (unshare(CLONE_NEWUSER) != 0)
@@ -741,8 +743,8 @@ int ns_apply(struct launch *L)
 			if (all.flags & CLONE_NEWNET)
 				net.got = 1;
 		} else {
-			/* Both refused together: each alone (a user namespace made by the first serves
-			 * the second). */
+			/* Both refused together: each alone (a user namespace made by the first
+			 * serves the second). */
 			if (p->pidns && try_unshare(L, &pid) < 0)
 				return -1;
 			if ((all.flags & CLONE_NEWNET) && try_unshare(L, &net) < 0)
@@ -771,9 +773,9 @@ int ns_apply(struct launch *L)
 	}
 	L->netns = net.got;
 	L->pidns = pid.got;
-	/* A, and B with a PID namespace (corral-init is both); a holder's user namespace joined
-	 * without one of the run's own inside it also holds the holder, and every concurrent run
-	 * joined to it: that count is shared, and not exact */
+	/* The launcher, and init with a PID namespace (corral-init is both); a holder's user
+	 * namespace joined without one of the run's own inside it also holds the holder, and every
+	 * concurrent run joined to it: that count is shared, and not exact */
 	if (!p->has_ids)
 		L->nproc_beside = (L->direct ? 1 : 1 + L->pidns) + (inherited && !nested && !s ? 1 : 0);
 	refuse_mounts(p, &pid);

@@ -65,10 +65,12 @@ struct plan {
 	int report_fd;              /* -1: no report */
 	pid_t parent_pid;           /* 0: not checked */
 	enum plan_net net;
-	pid_t net_join;             /* --net-join PID: join the namespace that holder keeps; 0: no */
+	pid_t net_join;             /* --net-join PID: join the namespace that holder keeps; 0:
+				     * no */
 	int held;                   /* PLAN_HOLD_NET with --held: the namespaces are made (ns.c) */
 	int pidns;                  /* 1: --pidns */
-	int prestart;               /* --prestart: B waits for a byte on report_fd (supervise.c) */
+	int prestart;               /* --prestart: the init waits for a byte on report_fd
+				     * (supervise.c) */
 	enum plan_userns userns;
 	int has_ids;                /* 1: --uid and --gid were given */
 	uid_t uid;
@@ -83,7 +85,7 @@ struct plan {
 	const char *ro_bind[PLAN_MOUNTS_MAX];       /* --ro-bind, absolute, in order */
 	size_t nro_bind;
 	unsigned long long work_tmpfs;              /* --work-tmpfs bytes; 0: none */
-	/* Landlock (landlock.c), applied by C after no_new_privs. */
+	/* Landlock (landlock.c), applied by the program after no_new_privs. */
 	enum plan_mech landlock;
 	const char *fs_ro[PLAN_FS_MAX];             /* --fs-ro: read and execute beneath */
 	size_t nfs_ro;
@@ -91,7 +93,7 @@ struct plan {
 	size_t nfs_rw;
 	int deny_tcp;               /* --deny-tcp: Landlock ABI 4+, no TCP bind or connect */
 	int scope;                  /* --scope: Landlock ABI 6+, abstract unix sockets, signals */
-	/* seccomp (seccomp.c), applied by C last before execve. */
+	/* seccomp (seccomp.c), applied by the program last before execve. */
 	enum plan_mech seccomp;
 	const char *deny_syscall[PLAN_SYSCALLS_MAX];  /* names, [a-z0-9_], answered EPERM */
 	size_t ndeny_syscall;

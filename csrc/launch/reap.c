@@ -1,8 +1,8 @@
-/* reap.c: the program C seen from the process that waits for it (A, B or corral-init): its pipe,
- * its reaping, the wait of a PID namespace's init, and C's end in the report.
+/* reap.c: the program seen from the process that waits for it (the launcher, init or corral-init):
+ * its pipe, its reaping, the wait of a PID namespace's init, and the program's end in the report.
  *
- * corral-init, the small init corral-zygote's direct launches exec into once C is forked, is
- * built from this file, report.c, budget.c and sweep.c alone: nothing here may need more.
+ * corral-init, the small init corral-zygote's direct launches exec into once the program is forked,
+ * is built from this file, report.c, budget.c and sweep.c alone: nothing here may need more.
  */
 #include "launch.h"
 
@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* One read of C's pipe (blocks if nothing is there). At EOF, execve has worked (or C died):
- * report its pid unless a fatal message came. */
+/* One read of the program's pipe (blocks if nothing is there). At EOF, execve has worked (or the
+ * program died): report its pid unless a fatal message came. */
 void prog_read(struct prog *c)
 {
 	struct child_msg m;
@@ -43,7 +43,8 @@ void prog_read(struct prog *c)
 		report_pid(c->shown);
 }
 
-/* C is gone (or being killed): the fatal line, or status and usage; and what A must do. */
+/* The program is gone (or being killed): the fatal line, or status and usage; and what the launcher
+ * must do. */
 void prog_finish(struct prog *c, struct outcome *out)
 {
 	struct rusage ru;
@@ -97,9 +98,9 @@ static int read_proc_file(pid_t pid, const char *name, char *buf, size_t len)
 	return 0;
 }
 
-/* Adds to ru what C would add to getrusage(RUSAGE_CHILDREN) once reaped: its CPU times with
- * those of the children it reaped (fields 14-17 of /proc/PID/stat, in clock ticks) and its peak
- * resident set (VmHWM of /proc/PID/status). Nothing when it cannot be read. */
+/* Adds to ru what the program would add to getrusage(RUSAGE_CHILDREN) once reaped: its CPU times
+ * with those of the children it reaped (fields 14-17 of /proc/PID/stat, in clock ticks) and its
+ * peak resident set (VmHWM of /proc/PID/status). Nothing when it cannot be read. */
 static void add_prog_usage(pid_t pid, struct rusage *ru)
 {
 	char buf[4096];
@@ -142,8 +143,8 @@ static void add_prog_usage(pid_t pid, struct rusage *ru)
 	}
 }
 
-/* The run is being ended and C is not reaped. Its teardown (every process killed and reaped)
- * takes a while for a large tree, and the host kills the supervisor once its grace is over:
+/* The run is being ended and the program is not reaped. Its teardown (every process killed and
+ * reaped) takes a while for a large tree, and the host kills the supervisor once its grace is over:
  * "usage" and "total" as they stand go out first, lower bounds that the lines written after the
  * teardown replace. */
 void prog_report_so_far(const struct prog *c)
@@ -156,7 +157,8 @@ void prog_report_so_far(const struct prog *c)
 	add_prog_usage(c->shown, &with_c);
 	report_usage(&with_c);
 	budget_measure_now();
-	budget_report_total(&ru);       /* the measure counts C among the processes alive */
+	budget_report_total(&ru);       /* the measure counts the program among the processes
+					 * alive */
 	report_flush();
 }
 
@@ -185,10 +187,11 @@ int reap_one(struct prog *c)
 }
 
 
-/* B waits with sigwaitinfo() on SIGCHLD and the stop signals, which stay blocked (inherited
- * from A), so no wakeup is lost. A stop signal counts only from outside the namespace (si_pid 0):
- * the program may not end its own supervision. With a budget, the wait ends at each tick, and a
- * run over budget is ended as on a stop signal. 0: C ended; 1: over budget; 2: stopped. */
+/* The init waits with sigwaitinfo() on SIGCHLD and the stop signals, which stay blocked (inherited
+ * from the launcher), so no wakeup is lost. A stop signal counts only from outside the namespace
+ * (si_pid 0): the program may not end its own supervision. With a budget, the wait ends at each
+ * tick, and a run over budget is ended as on a stop signal. 0: the program ended; 1: over budget;
+ * 2: stopped. */
 int init_wait(struct prog *c)
 {
 	sigset_t set;
@@ -201,7 +204,8 @@ int init_wait(struct prog *c)
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
 	for (;;) {
-		/* Every process of the namespace is re-parented to us: reap them all, until C. */
+		/* Every process of the namespace is re-parented to us: reap them all, until the
+		 * program. */
 		budget_observe_exit(c->pid);
 		while (reap_one(c) > 0)
 			;
@@ -260,8 +264,8 @@ void init_flush(struct prog *c)
 	flush_status(c);
 }
 
-/* A asked to end the run: kill everything in the namespace (atomic against forks) and reap it
- * all, so the usage counts it. */
+/* The launcher asked to end the run: kill everything in the namespace (atomic against forks) and
+ * reap it all, so the usage counts it. */
 void init_kill_all(struct prog *c)
 {
 	int st;
@@ -279,7 +283,7 @@ void init_kill_all(struct prog *c)
 	 * descendant, or was re-parented to it. */
 	c->empty = errno == ECHILD;
 	while (c->errfd >= 0)
-		prog_read(c);   /* C is dead: does not block */
+		prog_read(c);   /* the program is dead: does not block */
 }
 
 void init_watch(struct prog *c, struct outcome *o, int flush)

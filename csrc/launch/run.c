@@ -2,7 +2,7 @@
  *
  * launch_run() is the flat list of the launcher's own steps for a run, in order. corral-launch's
  * main() calls it once the command line is parsed and the inherited fds are closed; corral-zygote
- * calls it in each run's process A, forked from the warm zygote once the run's fds are in place.
+ * calls it in each run's launcher, forked from the warm zygote once the run's fds are in place.
  * Nothing else differs: what a zygote made once for all its runs (the user and network
  * namespaces, the seccomp filter) is named in struct launch, and ns.c reports it as if it had been
  * made here, so both report the same lines. The program's own steps are in child.c (child_run).
@@ -66,7 +66,7 @@ NORETURN void launch_run(struct launch *L, struct plan *plan)
 		_exit(EXIT_SETUP);
 	}
 	if (!L->seccomp_ready)
-		seccomp_prepare(L);             /* the filter C loads last (seccomp.c) */
+		seccomp_prepare(L);             /* the filter the program loads last (seccomp.c) */
 	supervise_run(L, &out);                 /* 4. init or subreaper; 5. in child_run() */
 	if (L->sigfd >= 0)
 		close(L->sigfd);

@@ -1,12 +1,14 @@
 /* seccomp.c: the program's seccomp filter (--seccomp, --deny-syscall, --deny-sockets,
  * --unix-pairs-only).
  *
- * The filter is built with libseccomp by A, once, before any fork (seccomp_prepare): libseccomp
- * allocates, which C must not do between fork and execve. A exports the BPF program into a static
- * buffer that B and C inherit with their memory; C loads it with the seccomp() system call as its
- * very last step before execve (seccomp_apply), so nothing the launcher does is filtered, and that
- * step is async-signal-safe like the rest of child.c. Or B loads it on itself before it starts C
- * (seccomp_load_early), when the filter denies nothing B and C still call: C inherits it.
+ * The filter is built with libseccomp by the launcher, once, before any fork (seccomp_prepare):
+ * libseccomp allocates, which the program must not do between fork and execve. The launcher exports
+ * the BPF program into a static buffer that the init and program inherit with their memory; the
+ * program loads it with the seccomp() system call as its very last step before execve
+ * (seccomp_apply), so nothing the launcher does is filtered, and that step is async-signal-safe
+ * like the rest of child.c. Or the init loads it on itself before it starts the program
+ * (seccomp_load_early), when the filter denies nothing the init and program still call: the program
+ * inherits it.
  *
  * The filter (native architecture only):
  *   default                       allow
@@ -24,16 +26,17 @@
  *   another ABI (i386, x32)       the process is killed (SIGSYS): its numbers are not checked
  *
  * --seccomp-cache DIR: libseccomp builds the same program for the same plan every run (about
- * 0.3 ms: it probes the kernel's seccomp API with a dozen system calls first). With a cache, A
- * keeps the program in DIR/seccomp-HASH (HASH of the deny list and the socket rule) and on the
- * next run with the same key reads it back and skips libseccomp. The key is every input of the build: the deny list in order, whether
- * sockets are refused, the architecture, the kernel (libseccomp adapts the program to its API
- * level), libseccomp's version and this launcher's own file (a rebuild changes it). The file
- * holds the whole key, which must match byte for byte (the HASH only names the file), the
- * instructions, the count of names denied and the line of unknown names, behind a magic number,
- * exact lengths and a checksum: a file that is short, long, corrupt or for another key is
- * ignored and the filter built again (and the file replaced, atomically: written under a
- * temporary name, then renamed). A cached program never replaces a filter: when in doubt, build.
+ * 0.3 ms: it probes the kernel's seccomp API with a dozen system calls first). With a cache, the launcher
+ * keeps the program in DIR/seccomp-HASH (HASH of the deny list and the socket rule) and on the next
+ * run with the same key reads it back and skips libseccomp. The key is every input of the build:
+ * the deny list in order, whether sockets are refused, the architecture, the kernel (libseccomp
+ * adapts the program to its API level), libseccomp's version and this launcher's own file (a
+ * rebuild changes it). The file holds the whole key, which must match byte for byte (the HASH only
+ * names the file), the instructions, the count of names denied and the line of unknown names,
+ * behind a magic number, exact lengths and a checksum: a file that is short, long, corrupt or for
+ * another key is ignored and the filter built again (and the file replaced, atomically: written
+ * under a temporary name, then renamed). A cached program never replaces a filter: when in doubt,
+ * build.
  *
  * Who may write DIR: it must be owned by the launcher's euid with no group or other write, or
  * it is not used. The host passes its private lock directory (lua/corral/host.lua: 0700, under
@@ -65,7 +68,7 @@
 #define CLONE_NEWCGROUP 0x02000000
 #endif
 
-/* What A prepared for C; inherited through fork. */
+/* What the launcher prepared for the program; inherited through fork. */
 static struct {
 	int ready;                              /* 1: seccomp_prepare() ran for a filter */
 	int sockets;                            /* the filter refuses socket() but AF_UNIX */
@@ -77,7 +80,7 @@ static struct {
 	struct sock_filter insns[BPF_MAXINSNS]; /* the kernel's limit for one filter */
 	struct line unknown;                    /* "refused seccomp-unknown ...", len 0: none */
 	int unknown_cut;                        /* 1: names were left off, " ..." added */
-	int loaded;                             /* 1: B loaded it (seccomp_load_early) */
+	int loaded;                             /* 1: the init loaded it (seccomp_load_early) */
 } filt;
 
 /* The namespace flags clone() takes. CLONE_NEWTIME (0x80) is left out: in clone()'s flags that
@@ -172,11 +175,11 @@ static int add_socket_rules(scmp_filter_ctx ctx, const int *nrs, unsigned count,
 			if (rc < 0)
 				return rc;
 		}
-		/* Every type but the two, in the low 4 bits the kernel reads it from (SOCK_TYPE_MASK;
-		 * SOCK_CLOEXEC and SOCK_NONBLOCK are above), so that a type a later kernel adds is
-		 * refused too. STREAM (0001) and SEQPACKET (0101) alone have neither bit 1 nor bit 3
-		 * set and bit 0 set: three masked compares cover the other fourteen. Two comparisons
-		 * in one rule are AND-ed. */
+		/* Every type but the two, in the low 4 bits the kernel reads it from
+		 * (SOCK_TYPE_MASK; SOCK_CLOEXEC and SOCK_NONBLOCK are above), so that a type a
+		 * later kernel adds is refused too. STREAM (0001) and SEQPACKET (0101) alone have
+		 * neither bit 1 nor bit 3 set and bit 0 set: three masked compares cover the other
+		 * fourteen. Two comparisons in one rule are AND-ed. */
 		for (t = 0; unix_pairs && t < sizeof pair_refused / sizeof pair_refused[0]; t++) {
 			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 2,
 					      SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_UNIX),
@@ -553,8 +556,8 @@ static void cache_write(int dfd)
 		unlinkat(dfd, tmp, 0);
 }
 
-/* The seccomp() system call, or prctl() before Linux 3.17. C must already have no_new_privs (or
- * CAP_SYS_ADMIN). Returns 0 or an errno. */
+/* The seccomp() system call, or prctl() before Linux 3.17. The program must already have
+ * no_new_privs (or CAP_SYS_ADMIN). Returns 0 or an errno. */
 static int load(void)
 {
 	struct sock_fprog prog = { filt.len, filt.insns };
@@ -657,11 +660,12 @@ int seccomp_apply(const struct plan *p)
 	return 0;
 }
 
-/* What B may load on itself before C exists: a filter whose every denied name is one of these,
- * none of which B (reaping, budgets, report) or C (ids, rlimits, Landlock, execve) calls once
- * the filter is loaded; nor do they make sockets, or clone with a CLONE_NEW* flag. B's
- * PTRACE_DETACH answers a PTRACE_TRACEME, which the filter denies C's tree when ptrace is
- * named. Any other name, and C loads the filter as its last step, as before. */
+/* What the init may load on itself before the program exists: a filter whose every denied name is
+ * one of these, none of which the init (reaping, budgets, report) or the program (ids, rlimits,
+ * Landlock, execve) calls once the filter is loaded; nor do they make sockets, or clone with a
+ * CLONE_NEW* flag. The init's PTRACE_DETACH answers a PTRACE_TRACEME, which the filter denies the
+ * program's tree when ptrace is named. Any other name, and the program loads the filter as its last
+ * step, as before. */
 static const char *const early_ok[] = {
 	"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "mount",
 	"umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
@@ -689,10 +693,10 @@ static int early_allowed(const struct plan *p)
 	return 1;
 }
 
-/* The cost of loading (the kernel checks, translates and compiles the program, and works out
- * which system calls it always allows) is paid while no run waits, with --prestart. C's steps
- * run filtered from here; they call nothing the filter denies. no_new_privs is C's own step too
- * (reported there); B sets it to load without CAP_SYS_ADMIN. */
+/* The cost of loading (the kernel checks, translates and compiles the program, and works out which
+ * system calls it always allows) is paid while no run waits, with --prestart. The program's steps
+ * run filtered from here; they call nothing the filter denies. no_new_privs is the program's own
+ * step too (reported there); the init sets it to load without CAP_SYS_ADMIN. */
 void seccomp_load_early(const struct plan *p)
 {
 	if (p->seccomp == PLAN_MECH_OFF || !filt.ready || filt.err || filt.loaded ||

@@ -1,6 +1,6 @@
 /* steps.c: the launcher's own steps before its supervisor forks, after the report's header.
  *
- * launch_run() (run.c) takes them in corral-launch and in the zygote's process A; corral-init
+ * launch_run() (run.c) takes them in corral-launch and in the zygote's launcher; corral-init
  * takes them for a direct warm run (csrc/init/main.c), which is why they are apart from run.c:
  * corral-init is built from a few of the launcher's files and must not need the rest.
  */
@@ -43,10 +43,10 @@ static int step_die_with_parent(const struct launch *L)
 
 /* The plan on the command line holds the controller's pid, the install path, the private lock
  * directory, the run directory and (corral-init) the request's number. The init of the run's PID
- * namespace (B, or corral-init) is its pid 1, and /proc/1/cmdline, which every process may read,
- * would show all of it to the program: the init hides its own copy. (A, outside the namespace,
- * keeps its command line for the host's tools.) The kernel keeps the strings of argv one after
- * another in one area. */
+ * namespace (the init, or corral-init) is its pid 1, and /proc/1/cmdline, which every process may
+ * read, would show all of it to the program: the init hides its own copy. (the launcher, outside
+ * the namespace, keeps its command line for the host's tools.) The kernel keeps the strings of argv
+ * one after another in one area. */
 static char *args_start;
 static size_t args_len;
 static char **volatile args_v;  /* the copy, kept for the process's life (the plan points in): */

@@ -1,18 +1,21 @@
 /* supervise.c: run the program and make sure nothing outlives it.
  *
- * With a PID namespace, A forks the init B (pid 1 inside); B makes its mounts (mounts.c), forks
- * C, reaps everything, and when C is reaped reports status and usage, hands C's outcome to A over
- * a pipe and exits: the kernel then kills the rest of the namespace. Without one, A is a
- * subreaper, forks C itself, and after C is reaped kills every remaining descendant (and, with
+ * With a PID namespace, the launcher forks the init (pid 1 inside); the init makes its mounts
+ * (mounts.c), forks the program, reaps everything, and when the program is reaped reports status
+ * and usage, hands the program's outcome to the launcher over a pipe and exits: the kernel then
+ * kills the rest of the namespace. Without one, the launcher is a subreaper, forks the program
+ * itself, and after the program is reaped kills every remaining descendant (and, with
  * --uid, every process of that uid): sweep.c.
  *
- * A blocks SIGTERM SIGINT SIGHUP SIGCHLD and reads them from a signalfd in a poll() loop, so no
- * wakeup is lost and every wait can be cut short. One of the first three ends the run: without a
- * PID namespace A sweeps the tree itself; with one, A sends SIGTERM to B, which kills and reaps
- * the namespace and reports, and after INIT_STOP_MS A sends SIGKILL to B instead.
+ * The launcher blocks SIGTERM SIGINT SIGHUP SIGCHLD and reads them from a signalfd in a poll()
+ * loop, so no wakeup is lost and every wait can be cut short. One of the first three ends the run:
+ * without a PID namespace the launcher sweeps the tree itself; with one, the launcher sends SIGTERM
+ * to the init, which kills and reaps the namespace and reports, and after INIT_STOP_MS the launcher
+ * sends SIGKILL to the init instead.
  *
- * A mirrors C's end: its exit code, or C's signal re-raised on itself (B, being pid 1, could
- * not); a run ended by a signal to A ends by SIGKILL, as the program did.
+ * The launcher mirrors the program's end: its exit code, or the program's signal re-raised on
+ * itself (the init, being pid 1, could not); a run ended by a signal to the launcher ends by
+ * SIGKILL, as the program did.
  */
 #include "launch.h"
 
@@ -42,15 +45,15 @@ int supervise_prepare(struct launch *L)
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
 	sigaddset(&set, SIGCHLD);
-	/* Report writes to a closed pipe fail with EPIPE instead of killing us (and C, until it
-	 * resets its signals), as writes past C's file-size limit to a report file fail with EFBIG.
-	 * A SIGCHLD ignored by whoever started us would make the kernel reap our children behind our
-	 * back. */
+	/* Report writes to a closed pipe fail with EPIPE instead of killing us (and the program,
+	 * until it resets its signals), as writes past the program's file-size limit to a report
+	 * file fail with EFBIG. A SIGCHLD ignored by whoever started us would make the kernel reap
+	 * our children behind our back. */
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGXFSZ, SIG_IGN);
 	signal(SIGCHLD, SIG_DFL);
-	if (!L->start_program)  /* corral-zygote's C resets every one itself */
-		signals_note(); /* what C must set back to the default before execve */
+	if (!L->start_program)  /* corral-zygote's program resets every one itself */
+		signals_note(); /* what the program must set back to the default before execve */
 	if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
 		goto fail;
 	L->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -94,15 +97,15 @@ static void null_stdio(void)
 		close(nfd);
 }
 
-/* C is started as posix_spawn() does: clone(CLONE_VM | CLONE_VFORK) on a stack of its own. It
- * runs in our memory, without a copy of it, until its execve() (or _exit), and we wait meanwhile:
- * no page tables copied, no copy-on-write fault in either process, no copied memory to tear
- * down at its execve. The supervisor would only wait for that execve anyway (prog_read). What C
- * changes of its own (fds, working directory, signal dispositions, credentials, rlimits,
- * Landlock, seccomp) is its own: CLONE_FILES, CLONE_FS, CLONE_SIGHAND and CLONE_THREAD are not
- * given. Its writes to memory (the report buffer, errno, its stack below) are ours to ignore;
- * child.c calls nothing that allocates or takes a lock. corral-zygote's C, which runs the program
- * in place of execve, is an ordinary fork. */
+/* The program is started as posix_spawn() does: clone(CLONE_VM | CLONE_VFORK) on a stack of its
+ * own. It runs in our memory, without a copy of it, until its execve() (or _exit), and we wait
+ * meanwhile: no page tables copied, no copy-on-write fault in either process, no copied memory to
+ * tear down at its execve. The supervisor would only wait for that execve anyway (prog_read). What
+ * the program changes of its own (fds, working directory, signal dispositions, credentials,
+ * rlimits, Landlock, seccomp) is its own: CLONE_FILES, CLONE_FS, CLONE_SIGHAND and CLONE_THREAD are
+ * not given. Its writes to memory (the report buffer, errno, its stack below) are ours to ignore;
+ * child.c calls nothing that allocates or takes a lock. corral-zygote's program, which runs the
+ * program in place of execve, is an ordinary fork. */
 #define CHILD_STACK (256 * 1024)
 
 static struct {
@@ -134,7 +137,7 @@ static int prog_start(struct launch *L, struct prog *c)
 	}
 	report_flush();         /* our lines before the program's */
 	if (L->start_program) {
-		/* corral-zygote, only into a PID namespace, whose init (we) inherits C */
+		/* corral-zygote, only into a PID namespace, whose init (we) inherits the program */
 		if (L->pidns)
 			c->pid = L->start_program(L, fds[1]);
 		else
@@ -155,8 +158,9 @@ static int prog_start(struct launch *L, struct prog *c)
 	spawn.rfd = fds[0];
 	spawn.wfd = fds[1];
 	if (L->run_program) {
-		/* corral-zygote: C never calls execve, it runs the program in the warm interpreter,
-		 * so it needs memory of its own (and we must not wait for it meanwhile) */
+		/* corral-zygote: the program never calls execve, it runs the program in the warm
+		 * interpreter, so it needs memory of its own (and we must not wait for it
+		 * meanwhile) */
 		c->pid = fork();
 		if (c->pid == 0)
 			child_entry(NULL);
@@ -165,7 +169,8 @@ static int prog_start(struct launch *L, struct prog *c)
 			       CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
 	}
 	err = errno;
-	/* C changing its euid may have set the memory's dumpable flag (fs.suid_dumpable): ours */
+	/* The program changing its euid may have set the memory's dumpable flag (fs.suid_dumpable):
+	 * ours */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	close(fds[1]);
 	child_prepared_close();
@@ -179,10 +184,10 @@ static int prog_start(struct launch *L, struct prog *c)
 	return 0;
 }
 
-/* ---- PID namespace: the init B ---- */
+/* ---- PID namespace: the init ---- */
 
-/* B's parent A is outside the namespace (getppid() is 0): A's death shows as POLLERR on the
- * pipe to A, whose only read end A holds. */
+/* The init's parent the launcher is outside the namespace (getppid() is 0): the launcher's death
+ * shows as POLLERR on the pipe to the launcher, whose only read end the launcher holds. */
 static int launcher_gone(int outfd)
 {
 	struct pollfd p = { outfd, POLLOUT, 0 };
@@ -208,12 +213,14 @@ static int prestart_wait(const struct launch *L)
 	return n == 1 ? 0 : -1;
 }
 
-/* What C would do first and does not depend on the code, done by B ahead of it: the Landlock
- * ruleset, and the seccomp filter (B's own, inherited) when B itself starts C. */
+/* What the program would do first and does not depend on the code, done by the init ahead of it:
+ * the Landlock ruleset, and the seccomp filter (the init's own, inherited) when the init itself
+ * starts the program. */
 static void init_prepare(struct launch *L)
 {
 	if (L->start_program) {
-		/* corral-zygote: C is not ours, and makes its own confinement from the plan */
+		/* corral-zygote: the program is not ours, and makes its own confinement from the
+		 * plan */
 		if (L->prepare_program)
 			L->prepare_program(L);
 		return;
@@ -227,14 +234,15 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	struct prog c;
 	struct outcome o = { OUTCOME_EXIT, EXIT_SETUP };
 
-	/* Like A: no process of our uid may ptrace us or take our fds (the report fd). */
+	/* Like the launcher: no process of our uid may ptrace us or take our fds (the report
+	 * fd). */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	/* pid 1 of the run: its /proc/1/cmdline shows no plan (steps.c) */
 	args_hide();
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
 		_exit(EXIT_SETUP);
 	if (mounts_apply(L) == 0) {
-		/* corral-zygote's C is started ahead too, and waits for the run itself */
+		/* corral-zygote's program is started ahead too, and waits for the run itself */
 		int ahead = L->start_program && L->plan->prestart;
 
 		init_prepare(L);
@@ -246,31 +254,32 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	init_end(outfd, &o);
 }
 
-/* How long B may take to kill and reap the namespace after SIGTERM before A sends SIGKILL. */
+/* How long the init may take to kill and reap the namespace after SIGTERM before the launcher sends
+ * SIGKILL. */
 #define INIT_STOP_MS 1000
 
 static void run_pidns(struct launch *L, struct outcome *out)
 {
 	int sp[2];
-	struct outcome from_b;
+	struct outcome from_init;
 	size_t have = 0;
-	int open_ = 1, b_done = 0, stopping = 0, killed = 0;
+	int open_ = 1, init_done = 0, stopping = 0, killed = 0;
 	long long deadline = 0;
-	pid_t b;
+	pid_t init;
 
 	if (pipe2(sp, O_CLOEXEC) != 0) {
 		report_fatal(W_PIPE, errno, NULL);
 		goto setup_failed;
 	}
 	report_flush();         /* our lines before the init's */
-	b = fork();
-	if (b == 0) {
+	init = fork();
+	if (init == 0) {
 		close(sp[0]);
 		close(L->sigfd);
 		L->sigfd = -1;
 		init_main(L, sp[1]);
 	}
-	if (b < 0) {
+	if (init < 0) {
 		report_fatal(W_FORK, errno, NULL);
 		close(sp[0]);
 		close(sp[1]);
@@ -279,7 +288,7 @@ static void run_pidns(struct launch *L, struct outcome *out)
 	close(sp[1]);
 	null_stdio();
 
-	while (open_ || !b_done) {
+	while (open_ || !init_done) {
 		struct pollfd fds[2] = {
 			{ L->sigfd, POLLIN, 0 },
 			{ open_ ? sp[0] : -1, POLLIN, 0 },
@@ -293,14 +302,14 @@ static void run_pidns(struct launch *L, struct outcome *out)
 		}
 		if (poll(fds, 2, timeout) < 0 && errno != EINTR) {
 			/* Cannot wait properly: end the run rather than spin. */
-			kill(b, SIGKILL);
+			kill(init, SIGKILL);
 			killed = 1;
-			while (waitpid(b, &st, 0) < 0 && errno == EINTR)
+			while (waitpid(init, &st, 0) < 0 && errno == EINTR)
 				;
 			break;
 		}
 		if (fds[1].revents) {
-			ssize_t n = read(sp[0], (char *)&from_b + have, sizeof from_b - have);
+			ssize_t n = read(sp[0], (char *)&from_init + have, sizeof from_init - have);
 
 			if (n > 0) {
 				have += (size_t)n;
@@ -310,26 +319,26 @@ static void run_pidns(struct launch *L, struct outcome *out)
 			}
 		}
 		if ((fds[0].revents & POLLIN) && drain_signals(L->sigfd) && !stopping) {
-			/* B kills and reaps the namespace, and reports; SIGKILL if it takes too long
-			 * (the kernel then kills the whole namespace with B). */
-			kill(b, SIGTERM);
+			/* The init kills and reaps the namespace, and reports; SIGKILL if it takes
+			 * too long (the kernel then kills the whole namespace with the init). */
+			kill(init, SIGTERM);
 			stopping = 1;
 			deadline = now_ms() + INIT_STOP_MS;
 		}
-		if (stopping && !killed && !b_done && now_ms() >= deadline) {
-			kill(b, SIGKILL);
+		if (stopping && !killed && !init_done && now_ms() >= deadline) {
+			kill(init, SIGKILL);
 			killed = 1;
 		}
-		if (!b_done && waitpid(b, &st, WNOHANG) == b)
-			b_done = 1;
+		if (!init_done && waitpid(init, &st, WNOHANG) == init)
+			init_done = 1;
 	}
 	if (open_)
 		close(sp[0]);
 
-	if (have == sizeof from_b) {
-		*out = from_b;
+	if (have == sizeof from_init) {
+		*out = from_init;
 	} else {
-		/* B did not tell: it was killed before C was reaped. */
+		/* The init did not tell: it was killed before the program was reaped. */
 		struct rusage ru;
 
 		budget_finish(0);
@@ -350,9 +359,10 @@ setup_failed:
 
 /* ---- no PID namespace: a subreaper ---- */
 
-/* A stop: FLUSH_SIGNAL to C (the prelude's handler writes out what the program buffered, then
- * dies), and at most FLUSH_MS for it to end, before the sweep kills the tree. Only C: without a
- * namespace there is no atomic way to signal the tree, and the sweep must freeze it first. */
+/* A stop: FLUSH_SIGNAL to the program (the prelude's handler writes out what the program buffered,
+ * then dies), and at most FLUSH_MS for it to end, before the sweep kills the tree. Only the
+ * program: without a namespace there is no atomic way to signal the tree, and the sweep must freeze
+ * it first. */
 static void flush_program(struct launch *L, struct prog *c)
 {
 	long long deadline = now_ms() + FLUSH_MS, left;
@@ -413,7 +423,7 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 		prog_report_so_far(&c);
 	if (stop == 2 && !c.reaped && p->flush_signal)
 		flush_program(L, &c);
-	/* C has ended, or the run is being ended: nothing else may survive it. */
+	/* The program has ended, or the run is being ended: nothing else may survive it. */
 	sweep_tree(p, L->sigfd, c.pid, &c.reaped, &c.wstatus);
 	while (c.errfd >= 0)
 		prog_read(&c);  /* every writer is dead: does not block */

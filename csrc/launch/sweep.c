@@ -1,37 +1,38 @@
 /* sweep.c: kill what a run leaves behind when there is no PID namespace; and --kill-uid.
  *
- * The tree: every descendant of the launcher A (orphans come to A, the subreaper). First, when
- * there is one, A stops its whole process group with one kill(0, SIGSTOP): every descendant that
- * did not leave the group (a plain fork bomb) stops at once, atomically, instead of competing
- * with A for the CPU during the walk (1000 busy processes leave A a thousandth of it: 7 s for
- * the walk). A is in the group too, so the stop comes from a vfork()ed helper that moves to a
- * group of its own and then sends A SIGCONT, which drops A's pending SIGSTOP: A, suspended by
- * the vfork meanwhile, never stops. (A process of the tree that shares A's uid could kill the
- * helper between its two calls and leave A stopped; it could as well stop A with kill(). With
- * --uid the helper is root.) Only A's descendants can be in the group, A having made the
+ * The tree: every descendant of the launcher (orphans come to the launcher, the subreaper). First,
+ * when there is one, the launcher stops its whole process group with one kill(0, SIGSTOP): every
+ * descendant that did not leave the group (a plain fork bomb) stops at once, atomically, instead of
+ * competing with the launcher for the CPU during the walk (1000 busy processes leave the launcher a
+ * thousandth of it: 7 s for the walk). The launcher is in the group too, so the stop comes from a
+ * vfork()ed helper that moves to a group of its own and then sends the launcher SIGCONT, which
+ * drops the launcher's pending SIGSTOP: the launcher, suspended by the vfork meanwhile, never
+ * stops. (A process of the tree that shares the launcher's uid could kill the helper between its
+ * two calls and leave the launcher stopped; it could as well stop the launcher with kill(). With
+ * --uid the helper is root.) Only the launcher's descendants can be in the group, the launcher having made the
  * session; when setsid was refused this is skipped. Then, in rounds:
- *   1. freeze: walk A's children that are not already being killed, breadth-first, sending each
- *      process SIGSTOP before reading its children (/proc/PID/task/TID/children, every thread):
- *      a stopped process cannot fork, so the walk catches up with a fork bomb and sees a tree that
- *      no longer grows, at any depth;
+ *   1. freeze: walk the launcher's children that are not already being killed, breadth-first,
+ *      sending each process SIGSTOP before reading its children (/proc/PID/task/TID/children, every
+ *      thread): a stopped process cannot fork, so the walk catches up with a fork bomb and sees a
+ *      tree that no longer grows, at any depth;
  *   2. first round, with --uid: the uid sweep below, while the tree cannot touch the helper;
  *   3. SIGKILL everything the walk found, at once: the deaths run in parallel;
  *   4. reap with waitpid(-1, WNOHANG) whatever has died, then wait for the next SIGCHLD on the
  *      signalfd (at most SWEEP_POLL_MS) and go back to 1: a process forked while its parent was
- *      being stopped comes to A when that parent dies, and is frozen and killed then.
+ *      being stopped comes to the launcher when that parent dies, and is frozen and killed then.
  * Until waitpid() says ECHILD (nothing is left), or SWEEP_MS after the last round that found a
- * process to kill: then everything left has SIGKILL pending, and one stuck in the kernel dies
- * when it leaves it. A round that finds something always runs, however slow (a starved A).
+ * process to kill: then everything left has SIGKILL pending, and one stuck in the kernel dies when
+ * it leaves it. A round that finds something always runs, however slow (a starved launcher).
  *
  * The CPU: a dying process runs its exit in the kernel, where a kernel built without preemption
  * (PREEMPT_NONE) does not interrupt it, and a deep tree of forked processes takes long to tear
- * down: each SIGKILL of step 3 woke a process that could then hold A's CPU for a long time (a
- * 1500-deep chain of Python processes: 0.8 to 1.4 s for the SIGKILLs alone; A cannot raise its
- * own priority, and SCHED_IDLE victims did no better). So with two CPUs or more, A pins itself to
- * the CPU it runs on and the walk moves every thread it stops to the other CPUs it may use:
- * the SIGKILLs then take a few ms. They die on fewer CPUs, but none runs user code again, and
- * A's CPU stays free for the host (given back all CPUs, the dying chain held both CPUs of a
- * 2-CPU host for seconds).
+ * down: each SIGKILL of step 3 woke a process that could then hold the launcher's CPU for a long
+ * time (a 1500-deep chain of Python processes: 0.8 to 1.4 s for the SIGKILLs alone; the launcher
+ * cannot raise its own priority, and SCHED_IDLE victims did no better). So with two CPUs or more,
+ * the launcher pins itself to the CPU it runs on and the walk moves every thread it stops to the
+ * other CPUs it may use: the SIGKILLs then take a few ms. They die on fewer CPUs, but none runs
+ * user code again, and the launcher's CPU stays free for the host (given back all CPUs, the dying
+ * chain held both CPUs of a 2-CPU host for seconds).
  *
  * Reaping at once is safe: a zombie holds a slot of RLIMIT_NPROC, but what a round reaps was
  * stopped before it was killed, so no process of the tree is running to refill the slot, except
@@ -498,7 +499,8 @@ void sweep_tree(const struct plan *p, int sigfd, pid_t prog, int *prog_reaped, i
 		/* 4. */
 		while ((r = waitpid(-1, &st, WNOHANG)) > 0) {
 			if (WIFSTOPPED(st))
-				continue;       /* a tracee of ours (PTRACE_TRACEME): being killed */
+				continue;       /* a tracee of ours (PTRACE_TRACEME): being
+						 * killed */
 			if (r == prog && !*prog_reaped) {
 				*prog_reaped = 1;
 				*prog_status = st;

@@ -1,19 +1,20 @@
-/* closer.c: K, the small process that closes the runs' mount namespaces for the zygote.
+/* closer.c: the closer, the small process that closes the runs' mount namespaces for the zygote.
  *
- * Z holds each run's mount namespace file until the run's end is sent (request.c), so that no
- * process of the run waits for the namespace's teardown. Whoever drops the last reference then
- * frees the namespace's mounts in that call, before it returns (the kernel's task work): the
- * run's tmpfs mounts, one inode and dentry at a time, a few microseconds each (0.75 s for the
- * 160,000 files the mounts once allowed). In Z's only thread that stalled every other run. So
- * Z hands each file to K, which closes it: Z's send takes microseconds whatever the mounts hold,
- * and K pays the teardown alone, off every run's path. Nothing of the run is left by then (its
- * init has exited, which the kernel completes only once its PID namespace is empty): what K
- * frees is memory no process can reach.
+ * The zygote holds each run's mount namespace file until the run's end is sent (request.c), so that
+ * no process of the run waits for the namespace's teardown. Whoever drops the last reference then
+ * frees the namespace's mounts in that call, before it returns (the kernel's task work): the run's
+ * tmpfs mounts, one inode and dentry at a time, a few microseconds each (0.75 s for the 160,000
+ * files the mounts once allowed). In the zygote's only thread that stalled every other run. So the
+ * zygote hands each file to the closer, which closes it: the zygote's send takes microseconds
+ * whatever the mounts hold, and the closer pays the teardown alone, off every run's path. Nothing
+ * of the run is left by then (its init has exited, which the kernel completes only once its PID
+ * namespace is empty): what the closer frees is memory no process can reach.
  *
- * K is forked at start-up, before the interpreter, as S is; it dies with Z and holds nothing but
- * its socket and the files in flight. Z sends without ever blocking: what the socket cannot take
- * now waits in Z's queue, sent once the socket is writable (request_poll). Without K (it could
- * not start, or died), Z closes the files itself, as before.
+ * The closer is forked at start-up, before the interpreter, as the spawner is; it dies with the
+ * zygote and holds nothing but its socket and the files in flight. The zygote sends without ever
+ * blocking: what the socket cannot take now waits in the zygote's queue, sent once the socket is
+ * writable (request_poll). Without the closer (it could not start, or died), the zygote closes the
+ * files itself, as before.
  */
 #include "zygote.h"
 
@@ -27,12 +28,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CLOSER_QUEUE_MAX 64     /* files K could not take yet, at most */
+#define CLOSER_QUEUE_MAX 64     /* files the closer could not take yet, at most */
 
-static int *queue;              /* files K could not take yet */
+static int *queue;              /* files the closer could not take yet */
 static size_t nqueue, capqueue;
 
-/* K: closes every file that comes, until EOF (Z closed its end, or is gone). */
+/* The closer: closes every file that comes, until EOF (the zygote closed its end, or is gone). */
 static NORETURN void closer_main(const struct zygote *z, int sock)
 {
 	char byte;
@@ -117,7 +118,7 @@ void closer_flush(struct zygote *z)
 			break;
 		}
 		for (i = nqueue - k; i < nqueue; i++)
-			close(queue[i]);        /* K has its own reference now */
+			close(queue[i]);        /* the closer has its own reference now */
 		nqueue -= k;
 	}
 	if (z->closer < 0)
@@ -129,9 +130,10 @@ void closer_give(struct zygote *z, int fd)
 {
 	if (fd < 0)
 		return;
-	/* Without K, or with K that many files behind (each a run's mounts, and an fd of Z's
-	 * own): the old way, in this thread. The stall is bounded by the mounts' inode caps, and
-	 * Z's fd table and the memory the queued mounts hold stay bounded whatever K's pace. */
+	/* Without the closer, or with the closer that many files behind (each a run's mounts, and
+	 * an fd of the zygote's own): the old way, in this thread. The stall is bounded by the
+	 * mounts' inode caps, and the zygote's fd table and the memory the queued mounts hold stay
+	 * bounded whatever the closer's pace. */
 	if (z->closer < 0 || nqueue >= CLOSER_QUEUE_MAX) {
 		close(fd);
 		return;
@@ -156,7 +158,7 @@ int closer_waiting(const struct zygote *z)
 	return nqueue > 0 && z->closer >= 0;
 }
 
-/* K exited (reaped by request_reap): the files are ours to close from now on. */
+/* The closer exited (reaped by request_reap): the files are ours to close from now on. */
 void closer_gone(struct zygote *z)
 {
 	z->closer_pid = 0;
@@ -166,8 +168,8 @@ void closer_gone(struct zygote *z)
 	closer_flush(z);
 }
 
-/* At Z's end: the queued files to K, then EOF; K closes them and exits, and Z waits for it,
- * so that nothing of Z outlives it. */
+/* At the zygote's end: the queued files to the closer, then EOF; the closer closes them and exits,
+ * and the zygote waits for it, so that nothing of the zygote outlives it. */
 void closer_stop(struct zygote *z)
 {
 	int st;

@@ -2,11 +2,11 @@
  * sequence of NUL-terminated strings, a run request with its fds as SCM_RIGHTS.
  *
  * The zygote never blocks on the host: a message that does not fit in the socket's buffer now is
- * queued, and sent when poll() says POLLOUT. The queue holds at most three messages per run
- * (pid, ended, exit), so it is bounded by the runs the host started. A message to the host
- * carries at most one fd (a direct run's pid message: P's pidfd), which the queue owns until it
- * is sent; one the kernel refuses to pass (ETOOMANYREFS: too many fds in flight for the uid)
- * goes without it, and the host then ends that run at its exit message.
+ * queued, and sent when poll() says POLLOUT. The queue holds at most three messages per run (pid,
+ * ended, exit), so it is bounded by the runs the host started. A message to the host carries at
+ * most one fd (a direct run's pid message: the direct init's pidfd), which the queue owns until it
+ * is sent; one the kernel refuses to pass (ETOOMANYREFS: too many fds in flight for the uid) goes
+ * without it, and the host then ends that run at its exit message.
  */
 #include "zygote.h"
 
@@ -237,9 +237,9 @@ ssize_t ctl_recv(int fd, char *buf, size_t len, int *fds, int maxfds, int *nfds,
 	return n;
 }
 
-/* A helper process of Z's (S, K): forked with a SOCK_SEQPACKET pair, the child runs
- * child_main(z, its end) and never returns; Z keeps the other end. 0 (*sock, *pid set), or -1
- * with errno. */
+/* A helper process of the zygote's (the spawner, closer): forked with a SOCK_SEQPACKET pair, the
+ * child runs child_main(z, its end) and never returns; the zygote keeps the other end. 0 (*sock,
+ * *pid set), or -1 with errno. */
 int helper_fork(struct zygote *z, void (*child_main)(const struct zygote *z, int sock), int *sock,
 		pid_t *pid)
 {
@@ -251,7 +251,7 @@ int helper_fork(struct zygote *z, void (*child_main)(const struct zygote *z, int
 	p = fork();
 	if (p == 0) {
 		close(sv[0]);
-		close(z->ctl);          /* the host's socket is Z's alone */
+		close(z->ctl);          /* the host's socket is the zygote's alone */
 		child_main(z, sv[1]);
 		_exit(0);
 	}

@@ -1,26 +1,28 @@
-/* direct.c: a warm run without S, A and B.
+/* direct.c: a warm run without the spawner, launcher and init.
  *
- * The zygote clones P, which shares its memory (CLONE_VM) and stops it until P's execve
- * (CLONE_VFORK), straight into the run's new PID, mount and IPC namespaces (and, without root,
- * a user namespace of the run's own inside the zygote's). P is the namespaces' init (pid 1),
- * running on the zygote's own stack below the zygote's frames, as a vfork child does. It does
- * only what needs the zygote's memory, since the zygote waits meanwhile: the run's fds in place,
- * the fork of C (a copy of the warm interpreter, as the helper I's fork is on the other path),
- * and the execve of corral-init (csrc/init), which takes the launcher's steps and the init's
- * mounts, lets C go on with the mounts' state, waits for the run as the launcher's init does
- * and writes C's outcome on a pipe to the zygote. P's pid is the run's pid for the host. The
- * outcome is the run's status (an init cannot end by C's signal on itself, as A did): the zygote
- * sends it as soon as it is on the pipe (request.c), and the host ends the run once P has
- * exited, which P's exit does not complete before the kernel has killed and reaped the rest of
- * its namespace; if P ends without an outcome, P's own wait status once it is reaped.
+ * The zygote clones the direct init, which shares its memory (CLONE_VM) and stops it until the
+ * direct init's execve (CLONE_VFORK), straight into the run's new PID, mount and IPC namespaces
+ * (and, without root, a user namespace of the run's own inside the zygote's). The direct init is
+ * the namespaces' init (pid 1), running on the zygote's own stack below the zygote's frames, as a
+ * vfork child does. It does only what needs the zygote's memory, since the zygote waits meanwhile:
+ * the run's fds in place, the fork of the program (a copy of the warm interpreter, as the helper
+ * the joiner's fork is on the other path), and the execve of corral-init (csrc/init), which takes
+ * the launcher's steps and the init's mounts, lets the program go on with the mounts' state, waits
+ * for the run as the launcher's init does and writes the program's outcome on a pipe to the zygote.
+ * The direct init's pid is the run's pid for the host. The outcome is the run's status (an init
+ * cannot end by the program's signal on itself, as the launcher did): the zygote sends it as soon
+ * as it is on the pipe (request.c), and the host ends the run once the direct init has exited,
+ * which the direct init's exit does not complete before the kernel has killed and reaped the rest
+ * of its namespace; if the direct init ends without an outcome, the direct init's own wait status
+ * once it is reaped.
  *
- * P writes into the zygote's memory: what the launcher's files keep for a run is reset first
- * (launch_state_reset), the plan is the zygote's (parsed here, freed after the execve), and the
- * stack area P used is zeroed once it is gone, so that the next run's C does not inherit this
- * run's arguments. Not direct, on the S/A/B path (request.c): a run with a cgroup (the run
- * cgroup's state would have to cross the execve), a request that is not a run the zygote
- * serves (S and A write the usage error), and every run once a clone of P was refused (a kernel
- * or container that forbids these namespaces with CLONE_VM).
+ * The direct init writes into the zygote's memory: what the launcher's files keep for a run is
+ * reset first (launch_state_reset), the plan is the zygote's (parsed here, freed after the execve),
+ * and the stack area the direct init used is zeroed once it is gone, so that the next run's program
+ * does not inherit this run's arguments. Not direct, on the spawner path (request.c): a run with a
+ * cgroup (the run cgroup's state would have to cross the execve), a request that is not a run the
+ * zygote serves (the spawner and the launcher write the usage error), and every run once a clone of the direct
+ * init was refused (a kernel or container that forbids these namespaces with CLONE_VM).
  */
 #include "zygote.h"
 
@@ -38,14 +40,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* How far below the zygote's stack pointer P's stack starts, and how much of it is zeroed after
- * P is gone (P's path, its fds, the maps, the fork and the execve, uses a few kB; C goes on from
- * there on its own copy). */
+/* How far below the zygote's stack pointer the direct init's stack starts, and how much of it is
+ * zeroed after the direct init is gone (the direct init's path, its fds, the maps, the fork and the
+ * execve, uses a few kB; the program goes on from there on its own copy). */
 #define P_GAP (16 * 1024)
 #define P_ZERO (64 * 1024)
 
 static int init_fd = -1;        /* corral-init, opened at start-up (O_PATH) */
-static int refused;             /* a clone of P failed: every run goes by S */
+static int refused;             /* a clone of the direct init failed: every run goes by the
+				 * spawner */
 
 struct job {
 	const struct zygote *z;
@@ -71,10 +74,10 @@ int direct_fd(void)
 	return init_fd;
 }
 
-/* The run's fds on 0, 1, 2 and the report fd, the others (corral-init, the outcome pipe...)
- * just above in the order given, close-on-exec, and nothing else: P has a copy of the zygote's
- * fd table. */
-static int p_fds(const int *fds, int rfd, int *more, int nmore)
+/* The run's fds on 0, 1, 2 and the report fd, the others (corral-init, the outcome pipe...) just
+ * above in the order given, close-on-exec, and nothing else: the direct init has a copy of the
+ * zygote's fd table. */
+static int dinit_fds(const int *fds, int rfd, int *more, int nmore)
 {
 	int hi[RUN_NFDS + 8], i, base = rfd >= 3 ? rfd + 1 : 3, top = base + nmore;
 
@@ -99,10 +102,10 @@ static int p_fds(const int *fds, int rfd, int *more, int nmore)
 	return 0;
 }
 
-/* C: waits until corral-init has made the mounts (their state comes on the pipe: what
+/* The program: waits until corral-init has made the mounts (their state comes on the pipe: what
  * Landlock may grant), then follows child_run() and runs the program. EOF: the init failed, and
  * the namespace goes with it. */
-static NORETURN void c_main(const struct job *j, int errfd, int go)
+static NORETURN void program_main(const struct job *j, int errfd, int go)
 {
 	const struct zygote *z = j->z;
 	struct launch L;
@@ -126,7 +129,8 @@ static NORETURN void c_main(const struct job *j, int errfd, int go)
 	L.seccomp_ready = 1;            /* the filter is in memory (filters_load) */
 	L.run_program = py_run_program;
 	L.direct = 1;
-	L.nproc_beside = j->plan->has_ids ? 0 : 1;      /* corral-init, in the run's user namespace */
+	L.nproc_beside = j->plan->has_ids ? 0 : 1;      /* corral-init, in the run's user
+							 * namespace */
 	child_run(&L, 1, errfd);        /* our parent: the namespace's init */
 }
 
@@ -149,13 +153,13 @@ static void keep_caps(void)
 			prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0);
 }
 
-/* Why P ended before its execve (0: it did not), for the zygote, which goes on once P has
- * exec'd or exited: the run then takes the S/A/B path. */
-static volatile int p_failed;
+/* Why the direct init ended before its execve (0: it did not), for the zygote, which goes on once
+ * the direct init has exec'd or exited: the run then takes the spawner path. */
+static volatile int dinit_failed;
 
-static NORETURN void p_fail(int err)
+static NORETURN void dinit_fail(int err)
 {
-	p_failed = err > 0 ? err : EIO;
+	dinit_failed = err > 0 ? err : EIO;
 	_exit(EXIT_SETUP);
 }
 
@@ -167,16 +171,16 @@ static int pipe_gone(int wfd)
 	return poll(&pf, 1, 0) == 1 && (pf.revents & (POLLERR | POLLHUP));
 }
 
-static void p_arg(char **v, int *n, char (*num)[24], int *k, const char *name, long long x)
+static void dinit_arg(char **v, int *n, char (*num)[24], int *k, const char *name, long long x)
 {
 	snprintf(num[*k], sizeof num[0], "%lld", x);
 	v[(*n)++] = (char *)name;
 	v[(*n)++] = num[(*k)++];
 }
 
-/* P: only what needs the zygote's memory (C's fork) while the zygote waits; the launcher's
- * steps and the mounts are corral-init's, once the zygote goes on. */
-static int p_main(void *arg)
+/* The direct init: only what needs the zygote's memory (the program's fork) while the zygote waits;
+ * the launcher's steps and the mounts are corral-init's, once the zygote goes on. */
+static int dinit_main(void *arg)
 {
 	const struct job *j = arg;
 	const struct ns_shared *s = &j->z->ns;
@@ -187,18 +191,18 @@ static int p_main(void *arg)
 	int maps_err = 0;
 	pid_t c;
 
-	p_failed = 0;
+	dinit_failed = 0;
 	launch_state_reset();
 	/* dies with the zygote, which waits for us: gone already, the outcome pipe's read end is
 	 * closed (POLLERR on ours) */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || pipe_gone(j->out))
-		p_fail(ESRCH);
-	if (p_fds(j->fds, j->plan->report_fd, more, 2) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
+		dinit_fail(ESRCH);
+	if (dinit_fds(j->fds, j->plan->report_fd, more, 2) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
 	    pipe2(gop, O_CLOEXEC) != 0)
-		p_fail(errno);
+		dinit_fail(errno);
 	/* a session and process group of our own (only ours: the zygote's is not changed), which
-	 * C joins: the host's kill of the run's group reaches it, and a kill(0) of the program's
-	 * reaches neither the zygote nor another run */
+	 * the program joins: the host's kill of the run's group reaches it, and a kill(0) of the
+	 * program's reaches neither the zygote nor another run */
 	setsid();
 	if (s->userns) {
 		/* the run's user namespace, made by the clone: its maps now, while we hold its
@@ -217,7 +221,7 @@ static int p_main(void *arg)
 		close(more[1]);
 		close(errp[0]);
 		close(gop[1]);
-		c_main(j, errp[1], gop[0]);
+		program_main(j, errp[1], gop[0]);
 	}
 	close(errp[1]);
 	close(gop[0]);
@@ -227,18 +231,18 @@ static int p_main(void *arg)
 		if (i != j->plan->report_fd && devnull >= 0)
 			dup2(devnull, i);
 	v[n++] = "corral-init";
-	p_arg(v, &n, num, &k, "--pid", c > 0 ? c : 0);
+	dinit_arg(v, &n, num, &k, "--pid", c > 0 ? c : 0);
 	if (c < 0)
-		p_arg(v, &n, num, &k, "--fork-errno", err);
+		dinit_arg(v, &n, num, &k, "--fork-errno", err);
 	if (maps_err)
-		p_arg(v, &n, num, &k, "--maps-errno", maps_err);
+		dinit_arg(v, &n, num, &k, "--maps-errno", maps_err);
 	/* corral-init makes the mounts: our capabilities in the run's user namespace go with the
-	 * execve as ambient ones (C, forked before, has none of them ambient) */
+	 * execve as ambient ones (the program, forked before, has none of them ambient) */
 	if (s->userns)
 		keep_caps();
-	p_arg(v, &n, num, &k, "--pipe", errp[0]);
-	p_arg(v, &n, num, &k, "--out", more[1]);
-	p_arg(v, &n, num, &k, "--go", gop[1]);
+	dinit_arg(v, &n, num, &k, "--pipe", errp[0]);
+	dinit_arg(v, &n, num, &k, "--out", more[1]);
+	dinit_arg(v, &n, num, &k, "--go", gop[1]);
 	snprintf(shared, sizeof shared, "%d,%d,%d,%d,%u,%u", s->userns, s->net_got,
 		 s->net_direct_err, s->net_user_err, (unsigned)s->euid, (unsigned)s->egid);
 	v[n++] = "--shared";
@@ -251,7 +255,7 @@ static int p_main(void *arg)
 	fcntl(gop[1], F_SETFD, 0);
 	fcntl(more[1], F_SETFD, 0);
 	syscall(SYS_execveat, more[0], "", v, envp, AT_EMPTY_PATH);
-	p_fail(errno);          /* we are the init: C dies with the namespace */
+	dinit_fail(errno);          /* we are the init: the program dies with the namespace */
 }
 
 /* Whether this request can be a direct run: a run the zygote serves, without a cgroup. */
@@ -260,7 +264,7 @@ static int direct_fits(const struct zygote *z, const struct plan *p)
 	char err[512];
 
 	/* --userns always where the zygote has no user namespace (root, --net host): the clone
-	 * would make the run none, where A makes one */
+	 * would make the run none, where the launcher makes one */
 	return p->mode == PLAN_RUN && !p->cgroup && p->pidns &&
 	       (p->net == PLAN_NET_HOST) == (z->net == PLAN_NET_HOST) && p->userns == z->userns &&
 	       (z->ns.userns || p->userns != PLAN_USERNS_ALWAYS) &&
@@ -309,18 +313,20 @@ pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds
 	flags = CLONE_VM | CLONE_VFORK | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | SIGCHLD;
 	if (z->ns.userns)
 		flags |= CLONE_NEWUSER;
-	/* P runs below our frames on our own stack, as a vfork child: C, its fork, keeps the
-	 * stack's growth room for the program */
+	/* The direct init runs below our frames on our own stack, as a vfork child: the program,
+	 * its fork, keeps the stack's growth room for the program */
 	top = (char *)((uintptr_t)((char *)__builtin_frame_address(0) - P_GAP) & ~(uintptr_t)63);
-	p_failed = 0;
-	pid = clone(p_main, top, flags, &j);
-	err = pid < 0 ? errno : p_failed;
+	dinit_failed = 0;
+	pid = clone(dinit_main, top, flags, &j);
+	err = pid < 0 ? errno : dinit_failed;
 	close(out[1]);
-	/* what P wrote there (this run's paths and lines) is not the next run's C's to see */
+	/* what the direct init wrote there (this run's paths and lines) is not the next run's
+	 * program's to see */
 	memset(top - P_ZERO, 0, P_ZERO);
 	plan_free(&plan);
 	if (pid > 0 && err) {
-		/* P ended before its execve (C, if forked, with its namespace): this run by S */
+		/* The direct init ended before its execve (the program, if forked, with its
+		 * namespace): this run by the spawner */
 		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 			;
 		pid = -1;
@@ -328,7 +334,7 @@ pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds
 	if (pid < 0) {
 		close(out[0]);
 		/* this kernel or container refuses the clone, or corral-init cannot be executed:
-		 * the S/A/B path from now on (a namespace count at its limit, or arguments too big
+		 * the spawner path from now on (a namespace count at its limit, or arguments too big
 		 * for an execve, only this run) */
 		if (err == EINVAL || err == EPERM || err == EACCES || err == ENOEXEC || err == ENOENT)
 			refused = 1;
@@ -342,9 +348,10 @@ pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds
 	return pid;
 }
 
-/* C's outcome as corral-init wrote it on the run's outcome pipe (read once the pipe is readable,
- * or once P is reaped), as a wait status in *status: 1; or 0 when there is none, because P ended
- * without writing it (killed; or it ended before C, after a fatal line). */
+/* The program's outcome as corral-init wrote it on the run's outcome pipe (read once the pipe is
+ * readable, or once the direct init is reaped), as a wait status in *status: 1; or 0 when there is
+ * none, because the direct init ended without writing it (killed; or it ended before the program,
+ * after a fatal line). */
 int direct_outcome(int outr, int *status)
 {
 	struct outcome o;

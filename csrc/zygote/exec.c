@@ -1,11 +1,11 @@
-/* exec.c: what execve() would have done to C, which runs the program without one.
+/* exec.c: what execve() would have done to the program, which runs the program without one.
  *
- * The launcher's C becomes python3 by execve(); the zygote's C stays the process it was forked
- * as. So that the program finds itself in the same process state, C does here what execve does
- * to a process that runs a plain (not set-id, no file capabilities) binary:
- *   - capabilities: a process that is not root (in its user namespace) keeps only its ambient
- *     set (as permitted and effective). Without root, the zygote's runs are in a user namespace
- *     of their own, where C held every capability: it must not take them into the program;
+ * The launcher's program becomes python3 by execve(); the zygote's program stays the process it was
+ * forked as. So that the program finds itself in the same process state, the program does here what
+ * execve does to a process that runs a plain (not set-id, no file capabilities) binary:
+ *   - capabilities: a process that is not root (in its user namespace) keeps only its ambient set
+ *     (as permitted and effective). Without root, the zygote's runs are in a user namespace of
+ *     their own, where the program held every capability: it must not take them into the program;
  *   - /proc/self/cmdline and /proc/self/environ: the run's argv and --env block, in a fresh
  *     anonymous mapping, through PR_SET_MM_MAP (no privilege needed; the zygote read its own
  *     memory layout at start-up). ps and the host's scans then see python3 and the code's path;
@@ -34,7 +34,7 @@
 #define PR_CAP_AMBIENT_IS_SET 1
 #endif
 
-/* The zygote's memory layout (/proc/self/stat), which C shares. */
+/* The zygote's memory layout (/proc/self/stat), which the program shares. */
 static struct {
 	int known;
 	unsigned long start_code, end_code, start_stack, start_data, end_data, start_brk;
@@ -166,9 +166,9 @@ void exec_dumpable(void)
 	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 }
 
-/* The kernel drops the rseq registration of a CLONE_VM child (I, or a direct run's P), and C
- * inherits it: glibc, which registered it in Z, would read a stale CPU number forever
- * (sched_getcpu). Again. */
+/* The kernel drops the rseq registration of a CLONE_VM child (the joiner, or a direct run's direct
+ * init), and the program inherits it: glibc, which registered it in the zygote, would read a stale
+ * CPU number forever (sched_getcpu). Again. */
 void exec_rseq_again(void)
 {
 #ifdef RSEQ_SIG

@@ -38,7 +38,8 @@ static char *filter_key(const struct plan *p, int sockets)
 	return k;
 }
 
-/* In Z, before the fork of C: the filter of this plan in seccomp.c's state, built once. */
+/* In the zygote, before the fork of the program: the filter of this plan in seccomp.c's state,
+ * built once. */
 void filters_load(const struct zygote *z, const struct plan *p)
 {
 	struct launch L;

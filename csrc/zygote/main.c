@@ -229,8 +229,8 @@ static void step_die_with_parent(void)
 	z.parent = getppid();
 }
 
-/* 4. A session of its own: the host's signals to its group do not reach it by accident. Each A
- * makes its own. */
+/* 4. A session of its own: the host's signals to its group do not reach it by accident. Each
+ * launcher makes its own. */
 static void step_session(void)
 {
 	setsid();
@@ -283,19 +283,20 @@ static void step_namespaces(struct strv *lines)
 		failed(lines->n ? lines->v[lines->n - 1] : "the namespaces could not be made");
 }
 
-/* 6b. S, which starts each run's A (spawner.c), and K, which closes the runs' mount namespaces
- * (closer.c): forked now, while we are small, inside the namespaces just made. */
+/* 6b. the spawner, which starts each run's launcher (spawner.c), and the closer, which closes the
+ * runs' mount namespaces (closer.c): forked now, while we are small, inside the namespaces just
+ * made. */
 static void step_spawner(void)
 {
 	if (spawner_start(&z) != 0)
 		failed("cannot start the spawner process");
-	closer_start(&z);       /* without it, Z closes the runs' namespaces itself */
+	closer_start(&z);       /* without it, the zygote closes the runs' namespaces itself */
 	if (program_key() != 0)
 		failed("cannot draw the key that checks the runs' requests (getrandom)");
 }
 
 /* 6c. corral-init, next to our executable, for the direct runs (direct.c); without it every run
- * goes by S. */
+ * goes by the spawner. */
 static void step_init(void)
 {
 	char self[4096], *slash;
@@ -323,7 +324,7 @@ static void step_python(struct strv *lines)
 
 /* 8. Nothing of the interpreter's may be forked into the runs but memory: no thread (a fork
  * copies only the calling one, and a lock held by another stays held), no fd besides 0-2, the
- * control socket, S's and corral-init's (each C closes those). */
+ * control socket, the spawner's and corral-init's (each program closes those). */
 static void step_check_inherited(void)
 {
 	char err[256], path[64], target[128];
@@ -361,8 +362,8 @@ static void step_check_inherited(void)
 		closedir(d);
 }
 
-/* 9. SIGCHLD read from a signalfd: A's end is seen in the loop; SIGTERM, SIGINT and SIGHUP
- * too: they end the zygote as EOF does, its runs first. */
+/* 9. SIGCHLD read from a signalfd: the launcher's end is seen in the loop; SIGTERM, SIGINT and
+ * SIGHUP too: they end the zygote as EOF does, its runs first. */
 static void step_signals_read(void)
 {
 	sigset_t set;
@@ -416,15 +417,16 @@ static NORETURN void serve(void)
 		pf[1].fd = z.sigfd;
 		pf[1].events = POLLIN;
 		pf[0].revents = pf[1].revents = 0;
-		npf = request_poll(&z, &pf, &cap, 2);       /* the runs' sockets: B's requests */
+		npf = request_poll(&z, &pf, &cap, 2);       /* the runs' sockets: the init's
+							     * requests */
 		if (poll(pf, (nfds_t)npf, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
 		request_polled(&z, pf, 2, npf);
-		/* Without S no run can start: once the last one is done, the host sees EOF and starts
-		 * another zygote (corral.warm replaces one that exited). */
+		/* Without the spawner no run can start: once the last one is done, the host sees
+		 * EOF and starts another zygote (corral.warm replaces one that exited). */
 		if (z.broken && request_idle())
 			break;
 		if (pf[1].revents & POLLIN) {
@@ -467,8 +469,9 @@ int main(int argc, char **argv)
 	int r;
 
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);     /* 0. as the launcher: no ptrace, no fd theft */
-	/* the options point into a copy: a run's init forked from us (S, A, B) hides the original,
-	 * which holds the controller's pid (steps.c); we keep ours for the host's tools */
+	/* the options point into a copy: a run's init forked from us (the spawner, launcher, init)
+	 * hides the original, which holds the controller's pid (steps.c); we keep ours for the
+	 * host's tools */
 	argv = args_copy(argc, argv);
 	if (!argv) {
 		fprintf(stderr, "corral-zygote: out of memory\n");
@@ -499,7 +502,8 @@ int main(int argc, char **argv)
 	step_session();                 /* 4. setsid */
 	signals_reset();                 /* 5. default dispositions */
 	step_namespaces(&lines);        /* 6. network (and user) namespace (ns.c) */
-	step_spawner();                 /* 6b. S, which starts the runs' A (spawner.c); K (closer.c) */
+	step_spawner();                 /* 6b. The spawner, which starts the runs' launcher
+					 * (spawner.c); the closer (closer.c) */
 	step_init();                    /* 6c. corral-init, for the direct runs (direct.c) */
 	step_python(&lines);            /* 7. the interpreter (python.c) */
 	step_check_inherited();         /* 8. one thread, no extra fd */

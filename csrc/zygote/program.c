@@ -1,23 +1,25 @@
-/* program.c: the program C, forked by Z from the warm interpreter into a run's namespaces.
+/* program.c: the program, forked by the zygote from the warm interpreter into a run's namespaces.
  *
- * A and B are small (spawner.c): B, the init of the run's PID namespace, holds no interpreter.
- * When the launcher's flow reaches the program (supervise.c, L->start_program), B sends Z over
- * the run's socket
+ * The launcher and init are small (spawner.c): the init, the init of the run's PID namespace, holds
+ * no interpreter. When the launcher's flow reaches the program (supervise.c, L->start_program), the
+ * init sends the zygote over the run's socket
  *     fork\0MASK\0RFD\0CG\0MOUNTS\0ID\0ARGS...
- * with the fds: B's stdin, stdout, stderr, C's end of B's pipe, B's /proc/self/ns files of its
- * user, mount, IPC and PID namespaces (MASK: those four CLONE_NEW* flags; Z finds which are not
- * its own: all but the user one as root), then the report fd (RFD: its number, -1 none) and the
- * run cgroup's cgroup.procs (CG: 1, or 0 none). MOUNTS: what B mounted (mounts_state:
- * landlock.c grants only what is the run's own). Namespace files, not a pidfd: setns() through a
- * pidfd also asks for ptrace access to B, which is not dumpable, and without root the zygote has
- * no CAP_SYS_PTRACE where B's memory belongs. Z parses ID ARGS again as the plan, loads its
- * seccomp filter (request.c keeps them), enters B's PID namespace for its children
- * (setns(CLONE_NEWPID)) and vforks I there, which forks C and exits: C, orphaned in
- * B's namespace, becomes the child of its init B, as the launcher's C is (getppid() 1; B reaps
- * it, counts its usage, detaches a PTRACE_TRACEME). Z reaps I, comes back to its own PID
- * namespace and answers "forked\0PID" (C's pid in the namespace) or "failed\0ERRNO". C enters
- * B's other namespaces (the user one first), puts its fds in place and follows child_run() as
- * the launcher's C does. I shares Z's memory (vfork) until it exits: C is the one copy of it.
+ * with the fds: the init's stdin, stdout, stderr, the program's end of the init's pipe, the init's
+ * /proc/self/ns files of its user, mount, IPC and PID namespaces (MASK: those four CLONE_NEW*
+ * flags; the zygote finds which are not its own: all but the user one as root), then the report fd
+ * (RFD: its number, -1 none) and the run cgroup's cgroup.procs (CG: 1, or 0 none). MOUNTS: what the
+ * init mounted (mounts_state: landlock.c grants only what is the run's own). Namespace files, not a
+ * pidfd: setns() through a pidfd also asks for ptrace access to the init, which is not dumpable,
+ * and without root the zygote has no CAP_SYS_PTRACE where the init's memory belongs. The zygote
+ * parses ID ARGS again as the plan, loads its seccomp filter (request.c keeps them), enters the
+ * init's PID namespace for its children (setns(CLONE_NEWPID)) and vforks the joiner there, which
+ * forks the program and exits: the program, orphaned in the init's namespace, becomes the child of
+ * its init, as the launcher's program is (getppid() 1; the init reaps it, counts its usage,
+ * detaches a PTRACE_TRACEME). The zygote reaps the joiner, comes back to its own PID namespace and
+ * answers "forked\0PID" (the program's pid in the namespace) or "failed\0ERRNO". The program enters
+ * the init's other namespaces (the user one first), puts its fds in place and follows child_run()
+ * as the launcher's program does. The joiner shares the zygote's memory (vfork) until it exits: the
+ * program is the one copy of it.
  */
 #include "zygote.h"
 
@@ -49,13 +51,13 @@ static const struct {
 	{ "user", CLONE_NEWUSER }, { "mnt", CLONE_NEWNS }, { "ipc", CLONE_NEWIPC },
 	{ "pid", CLONE_NEWPID },
 };
-/* the namespaces B sends: all four, always (Z finds which differ from its own) */
+/* the namespaces the init sends: all four, always (the zygote finds which differ from its own) */
 #define NS_SENT (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID)
 #define NNS (sizeof nstypes / sizeof nstypes[0])
 #define F_MAX (F_FIXED + NNS + 2)
 
-/* Where in a fork request's fds the file of namespace flag is (B sends all four, in nstypes[]
- * order); flag 0: where the fds after them start. */
+/* Where in a fork request's fds the file of namespace flag is (the init sends all four, in
+ * nstypes[] order); flag 0: where the fds after them start. */
 static int ns_fd_index(int flag)
 {
 	size_t i;
@@ -65,30 +67,30 @@ static int ns_fd_index(int flag)
 	return F_FIXED + (int)i;
 }
 
-/* ---- B's end (and A's, which sets it up) ---- */
+/* ---- the init's end (and the launcher's, which sets it up) ---- */
 
 static struct {
 	int sock;
-	char **args;            /* ID ARGS..., in A's copy of S's request */
+	char **args;            /* ID ARGS..., in the launcher's copy of the spawner's request */
 	size_t nargs;
-	int ns[NNS];            /* B's namespace files, opened ahead (b_open_ns); -1: not */
+	int ns[NNS];            /* the init's namespace files, opened ahead (init_open_ns); -1: not */
 	int ns_err;             /* why one could not be opened */
-} b = { -1, NULL, 0, { -1, -1, -1, -1 }, 0 };
+} init_side = { -1, NULL, 0, { -1, -1, -1, -1 }, 0 };
 
-/* B, after its mounts and before --prestart's wait: its namespace files, so that opening them
- * is not on the run's path. */
-static void b_open_ns(struct launch *L)
+/* The init, after its mounts and before --prestart's wait: its namespace files, so that opening
+ * them is not on the run's path. */
+static void init_open_ns(struct launch *L)
 {
 	size_t i;
 
 	(void)L;
-	for (i = 0; i < NNS && !b.ns_err; i++) {
+	for (i = 0; i < NNS && !init_side.ns_err; i++) {
 		char path[48];
 
 		snprintf(path, sizeof path, "/proc/self/ns/%s", nstypes[i].name);
-		b.ns[i] = open(path, O_RDONLY | O_CLOEXEC);
-		if (b.ns[i] < 0)
-			b.ns_err = errno;
+		init_side.ns[i] = open(path, O_RDONLY | O_CLOEXEC);
+		if (init_side.ns[i] < 0)
+			init_side.ns_err = errno;
 	}
 }
 
@@ -114,9 +116,9 @@ static int send_fields(int sock, const char *const *f, size_t nf, const int *fds
 	return r;
 }
 
-static pid_t b_start(struct launch *L, int wfd)
+static pid_t init_start_program(struct launch *L, int wfd)
 {
-	const char **f = malloc((b.nargs + 5) * sizeof *f);
+	const char **f = malloc((init_side.nargs + 5) * sizeof *f);
 	char mask[16], rfd[16], reply[32], mounts[PLAN_MOUNTS_MAX + 2];
 	int fds[F_MAX], nfds = F_FIXED, nsend, err = 0;
 	size_t i, w;
@@ -129,11 +131,11 @@ static pid_t b_start(struct launch *L, int wfd)
 	fds[F_STDOUT] = STDOUT_FILENO;
 	fds[F_STDERR] = STDERR_FILENO;
 	fds[F_PIPE] = wfd;
-	if (b.ns[0] < 0 && !b.ns_err)
-		b_open_ns(L);
-	err = b.ns_err;
-	for (i = 0; i < NNS && b.ns[i] >= 0; i++)
-		fds[nfds++] = b.ns[i];
+	if (init_side.ns[0] < 0 && !init_side.ns_err)
+		init_open_ns(L);
+	err = init_side.ns_err;
+	for (i = 0; i < NNS && init_side.ns[i] >= 0; i++)
+		fds[nfds++] = init_side.ns[i];
 	nsend = nfds;           /* the namespace files opened: ours to close */
 	snprintf(mask, sizeof mask, "%d", NS_SENT);
 	snprintf(rfd, sizeof rfd, "%d", report_get_fd());
@@ -147,21 +149,21 @@ static pid_t b_start(struct launch *L, int wfd)
 	f[2] = rfd;
 	f[3] = budget_join_fd() >= 0 ? "1" : "0";
 	f[4] = mounts;
-	for (i = 0; i < b.nargs; i++)
-		f[5 + i] = b.args[i];
-	if (!err && send_fields(b.sock, f, b.nargs + 5, fds, nfds) != 0)
+	for (i = 0; i < init_side.nargs; i++)
+		f[5 + i] = init_side.args[i];
+	if (!err && send_fields(init_side.sock, f, init_side.nargs + 5, fds, nfds) != 0)
 		err = errno;
 	free(f);
 	for (i = F_FIXED; i < (size_t)nsend; i++)
 		close(fds[i]);
 	for (i = 0; i < NNS; i++)
-		b.ns[i] = -1;
+		init_side.ns[i] = -1;
 	if (err) {
 		errno = err;
 		return -1;
 	}
 	do
-		n = recv(b.sock, reply, sizeof reply - 1, 0);
+		n = recv(init_side.sock, reply, sizeof reply - 1, 0);
 	while (n < 0 && errno == EINTR);
 	if (n <= 0) {
 		errno = n == 0 ? EPIPE : errno;
@@ -178,18 +180,18 @@ static pid_t b_start(struct launch *L, int wfd)
 
 void program_prepare(struct launch *L, int sock, char **args, size_t nargs)
 {
-	b.sock = sock;
-	b.args = args;
-	b.nargs = nargs;
-	L->start_program = b_start;
-	L->prepare_program = b_open_ns;
+	init_side.sock = sock;
+	init_side.args = args;
+	init_side.nargs = nargs;
+	L->start_program = init_start_program;
+	L->prepare_program = init_open_ns;
 }
 
-/* ---- C ---- */
+/* ---- the program ---- */
 
 /* fds[] to their places: 0-2, the report fd, the pipe and cgroup.procs above; nothing else
  * (the namespace files neither). */
-static void c_fds(const int *fds, int nfds, int rfd, int cg, int *pipe_out, int *cg_out)
+static void program_fds(const int *fds, int nfds, int rfd, int cg, int *pipe_out, int *cg_out)
 {
 	int hi[F_MAX], i, top = rfd > 2 ? rfd : 2, n = ns_fd_index(0);
 
@@ -218,9 +220,9 @@ static void c_fds(const int *fds, int nfds, int rfd, int cg, int *pipe_out, int 
 	close_fds(top + (cg ? 3 : 2), -1);
 }
 
-/* Until I has exited and B, the namespace's init, is our parent: Z says so on a pipe once it
- * has reaped I (child_run checks that the parent is B, and sets the parent-death signal only
- * then: the kernel sends it at a re-parenting). */
+/* Until the joiner has exited and the init of the namespace is our parent: the zygote says so
+ * on a pipe once it has reaped the joiner (child_run checks that the parent is the init, and sets
+ * the parent-death signal only then: the kernel sends it at a re-parenting). */
 static void await_init(const int *sync)
 {
 	char c;
@@ -231,7 +233,7 @@ static void await_init(const int *sync)
 	close(sync[0]);
 }
 
-static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, const int *fds,
+static NORETURN void program_main(const struct zygote *z, struct plan *p, int mask, const int *fds,
 			    int nfds, int rfd, int cg, const char *mounts, const int *sync)
 {
 	struct launch L;
@@ -240,8 +242,8 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
 
 	await_init(sync);
 	exec_rseq_again();
-	/* The rest of B's namespaces (the PID one is ours since the fork), the user namespace
-	 * first: it gives the capabilities the others ask for. */
+	/* The rest of the init's namespaces (the PID one is ours since the fork), the user
+	 * namespace first: it gives the capabilities the others ask for. */
 	for (i = 0; i < NNS; i++) {
 		int flag = nstypes[i].flag;
 		int k = ns_fd_index(flag);
@@ -249,12 +251,12 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
 		if ((mask & flag) && flag != CLONE_NEWPID && setns(fds[k], flag) != 0) {
 			int err = errno;
 
-			c_fds(fds, nfds, rfd, cg, &errfd, &cgfd);
+			program_fds(fds, nfds, rfd, cg, &errfd, &cgfd);
 			child_die(errfd, W_WARM, err);
 		}
 	}
-	c_fds(fds, nfds, rfd, cg, &errfd, &cgfd);
-	setsid();               /* not in Z's session and group */
+	program_fds(fds, nfds, rfd, cg, &errfd, &cgfd);
+	setsid();               /* not in the zygote's session and group */
 	report_set_fd(rfd);
 	mounts_state_set(mounts);
 	if (cgfd >= 0)
@@ -264,19 +266,21 @@ static NORETURN void c_main(const struct zygote *z, struct plan *p, int mask, co
 	L.sigfd = -1;
 	L.userns = (mask & CLONE_NEWUSER) || z->ns.userns;
 	L.run_program = py_run_program;
-	L.nproc_beside = p->has_ids ? 0 : 2;   /* A and B, in the run's user namespace */
-	child_run(&L, 1, errfd);        /* I is gone: B, the namespace's init, is our parent */
+	L.nproc_beside = p->has_ids ? 0 : 2;   /* the launcher and init, in the run's user
+					        * namespace */
+	child_run(&L, 1, errfd);        /* the joiner is gone: the init is our parent */
 }
 
-/* ---- Z's end ---- */
+/* ---- the zygote's end ---- */
 
-/* B's request is checked against the host's: its ID and ARGS must be the bytes the host sent
- * (a keyed hash of them is kept per run, not the bytes: a run's C must not find another run's
- * arguments in Z's memory), its namespaces exactly the ones a run has, each of its type and
- * owned by the run's user namespace (or Z's, as root), whose parent is Z's. The key is drawn
- * after S was forked: neither S nor any A or B has it. */
+/* The init's request is checked against the host's: its ID and ARGS must be the bytes the host sent
+ * (a keyed hash of them is kept per run, not the bytes: a run's program must not find another run's
+ * arguments in the zygote's memory), its namespaces exactly the ones a run has, each of its type
+ * and owned by the run's user namespace (or the zygote's, as root), whose parent is the zygote's.
+ * The key is drawn after the spawner was forked: neither spawner nor any launcher or init has
+ * it. */
 static uint64_t key[2];
-static struct stat own_ns[NNS];        /* Z's, in nstypes[] order */
+static struct stat own_ns[NNS];        /* the zygote's, in nstypes[] order */
 #define own_userns own_ns[0]
 
 int program_key(void)
@@ -339,8 +343,8 @@ static int same_file(int fd, const struct stat *st)
 	return fstat(fd, &f) == 0 && f.st_dev == st->st_dev && f.st_ino == st->st_ino;
 }
 
-/* The namespaces of B's request, as a run of this zygote has them: the CLONE_NEW* set of those
- * that are not Z's own, or -1. */
+/* The namespaces of the init's request, as a run of this zygote has them: the CLONE_NEW* set of
+ * those that are not the zygote's own, or -1. */
 static int check_namespaces_of(const struct zygote *z, const int *fds)
 {
 	int want = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC, owner = -1, ok = 1, mask = 0;
@@ -350,7 +354,7 @@ static int check_namespaces_of(const struct zygote *z, const int *fds)
 	for (i = 0; i < NNS; i++)
 		if (!same_file(fds[ns_fd_index(nstypes[i].flag)], &own_ns[i]))
 			mask |= nstypes[i].flag;
-	/* a user namespace of the run's own whenever Z has one (or --userns always) */
+	/* a user namespace of the run's own whenever the zygote has one (or --userns always) */
 	if (z->ns.userns || z->userns == PLAN_USERNS_ALWAYS)
 		want |= CLONE_NEWUSER;
 	if (mask != want)
@@ -396,17 +400,17 @@ static int answer(int sock, const char *what, long v)
 	return n < 0 ? -1 : 0;
 }
 
-/* I, sharing our memory, enters B's PID namespace for its children (setns: ours is not changed,
- * so the direct runs' clones still make their PID namespaces as children of ours, which a
- * zygote without root could not come back to) and vforks I2 there, which forks C and exits: C,
- * orphaned in the namespace, becomes the child of its init B. C's pid in the namespace, or -1
- * with errno. */
+/* The joiner, sharing our memory, enters the init's PID namespace for its children (setns: ours is
+ * not changed, so the direct runs' clones still make their PID namespaces as children of ours,
+ * which a zygote without root could not come back to) and vforks the midwife there, which forks the
+ * program and exits: the program, orphaned in the namespace, becomes the child of its init. The
+ * program's pid in the namespace, or -1 with errno. */
 static pid_t fork_orphan(const struct zygote *z, struct plan *p, int mask, const int *fds,
 			 int nfds, int rfd, int cg, const char *mounts)
 {
-	static volatile pid_t cpid;     /* written by I2, in our memory */
+	static volatile pid_t cpid;     /* written by the midwife, in our memory */
 	static volatile int cerr;
-	static int sync[2];             /* C waits on it until I is reaped */
+	static int sync[2];             /* the program waits on it until the joiner is reaped */
 	pid_t i;
 	int st, err;
 
@@ -428,7 +432,7 @@ static pid_t fork_orphan(const struct zygote *z, struct plan *p, int mask, const
 			pid_t c = fork();
 
 			if (c == 0)
-				c_main(z, p, mask, fds, nfds, rfd, cg, mounts, sync);
+				program_main(z, p, mask, fds, nfds, rfd, cg, mounts, sync);
 			cpid = c;
 			cerr = errno;
 			_exit(0);

@@ -4,13 +4,13 @@
  * objects the program froze would escape the check of what finalizing could show (python.c,
  * needs_finalize). gc.get_freeze_count() tells, but it counts by walking the whole permanent
  * generation: every object the zygote made, tens of thousands, one cache miss each (a third of a
- * short run's time in C). Instead Z notes the two ends of that list after its freeze, and C
- * compares them: gc.freeze() appends to the end; gc.unfreeze() empties the list; freeing the
- * first or last frozen object moves an end too (a false alarm: the slow, exact path is taken).
- * What it misses: a program that unfreezes the zygote's objects and freezes them again with
- * its own, in an order that keeps the same first and last object; what its frozen objects would
- * do when finalized (a buffered file's flush) is then skipped, as if it had ended with
- * os._exit().
+ * short run's time in the program). Instead the zygote notes the two ends of that list after its
+ * freeze, and the program compares them: gc.freeze() appends to the end; gc.unfreeze() empties the
+ * list; freeing the first or last frozen object moves an end too (a false alarm: the slow, exact
+ * path is taken). What it misses: a program that unfreezes the zygote's objects and freezes them
+ * again with its own, in an order that keeps the same first and last object; what its frozen
+ * objects would do when finalized (a buffered file's flush) is then skipped, as if it had ended
+ * with os._exit().
  *
  * The list head is the interpreter's internal state, reached through CPython's internal headers
  * (Py_BUILD_CORE, this file only), for the versions whose layout is known; any other version
@@ -28,7 +28,7 @@
 
 static struct {
 #ifdef FROZEN_ENDS
-	uintptr_t first, last;  /* the permanent generation's ends in Z */
+	uintptr_t first, last;  /* the permanent generation's ends in the zygote */
 #endif
 	long count;             /* or its size (gc.get_freeze_count()) */
 } frozen;

@@ -533,8 +533,8 @@ static int setup_run(const struct plan *p)
 	return 0;
 }
 
-/* The generators seeded once in Z that Python's own at-fork handlers leave alone (numpy's):
- * reseeded, or the run does not start (it would draw the numbers every run draws). */
+/* The generators seeded once in the zygote that Python's own at-fork handlers leave alone
+ * (numpy's): reseeded, or the run does not start (it would draw the numbers every run draws). */
 static void reseed(void)
 {
 	PyObject *r = PyObject_CallNoArgs(py.reseed);
@@ -572,9 +572,9 @@ static void close_fds_but(int keep_a, int keep_b)
 	}
 }
 
-/* --prestart: C was forked ahead of its run, and waits here for it: the host writes one byte on
- * the report socket when the run's code is in place. EOF: the launch was let go; C exits as the
- * launcher does then (125), and nothing runs. */
+/* --prestart: the program was forked ahead of its run, and waits here for it: the host writes one
+ * byte on the report socket when the run's code is in place. EOF: the launch was let go; the
+ * program exits as the launcher does then (125), and nothing runs. */
 static void await_run(const struct plan *p)
 {
 	char b;
@@ -589,10 +589,10 @@ static void await_run(const struct plan *p)
 		_exit(EXIT_SETUP);
 }
 
-/* --prestart, while no run waits (its byte is not there yet): the parser and compiler run once on
- * a small program, so that the pages they write are this process's own copies (copied from Z,
- * a fault each) before the run's code comes. A run that already waits goes first: back to back,
- * that work would be on its path. */
+/* --prestart, while no run waits (its byte is not there yet): the parser and compiler run once on a
+ * small program, so that the pages they write are this process's own copies (copied from the
+ * zygote, a fault each) before the run's code comes. A run that already waits goes first: back to
+ * back, that work would be on its path. */
 /* The way the run's file goes (run_file): a small program read through a FILE, with its
  * __loader__ and the .pyc check, compiled and run in a dictionary of its own (it prints strings
  * to /dev/null: where the policy does not let it open that, it stops there), then the standard
@@ -656,13 +656,13 @@ NORETURN void py_run_program(const struct launch *L, int errfd)
 	int s, ready;
 
 	if (L->direct)
-		exec_rseq_again();   /* P, our parent, shared the zygote's memory */
+		exec_rseq_again();   /* the direct init, our parent, shared the zygote's memory */
 	/* The process as execve() would leave it (exec.c); a failure is the launcher's exec one. */
 	if (exec_like(p) != 0)
 		child_die(errfd, W_EXEC, errno);
-	/* No fd of the launcher's reaches the program. Before the interpreter's state is made, every
-	 * one but the report socket (the run's byte comes on it) and the pipe whose EOF tells the
-	 * supervisor the program runs (as after an execve): those two go after the wait. */
+	/* No fd of the launcher's reaches the program. Before the interpreter's state is made,
+	 * every one but the report socket (the run's byte comes on it) and the pipe whose EOF tells
+	 * the supervisor the program runs (as after an execve): those two go after the wait. */
 	close_fds_but(report_get_fd(), errfd);
 	/* The interpreter's state for the run, which does not depend on the code: with --prestart,
 	 * before the run comes. */

@@ -36,9 +36,9 @@ static const char stream_src[] =
 	"    s = _io.TextIOWrapper(buf, encoding, errors, '\\n', line, False)\n"
 	"    s.mode = 'w' if write else 'r'\n"
 	"    return s\n"
-	/* numpy.random's global generator is seeded once, at import: C reseeds it, once, after
-	 * the fork (random reseeds its own in its at-fork handler). Not an at-fork handler: the
-	 * program's own forks must not reseed it, as python3's do not. */
+	/* numpy.random's global generator is seeded once, at import: the program reseeds it, once,
+	 * after the fork (random reseeds its own in its at-fork handler). Not an at-fork handler:
+	 * the program's own forks must not reseed it, as python3's do not. */
 	"def reseed():\n"
 	"    m = _sys.modules.get('numpy.random')\n"
 	"    if m is not None:\n"

@@ -1,24 +1,27 @@
 /* request.c: run requests.
  *
- * `run\0ID\0ARG...` with exactly four fds (stdin, stdout, stderr, report): Z checks the
- * message, makes the run's own socket and hands both to S (spawner.c), which starts A, a child
- * of Z that follows the launcher's flow; Z says `pid\0ID\0PID` and goes on with the next
- * message. On the run's socket B later asks for the program C, which Z forks from the warm
- * interpreter into the run's namespaces (program.c) with the run's seccomp filter (kept per
- * distinct filter: building one with libseccomp costs more than the rest of a run's set-up).
- * When A has been reaped, Z says `exit\0ID\0STATUS` (A's raw wait status): C was B's child, and
- * B was reaped by A. A request that cannot start gets `error\0ID\0WHY` and nothing else.
+ * `run\0ID\0ARG...` with exactly four fds (stdin, stdout, stderr, report): the zygote checks the
+ * message, makes the run's own socket and hands both to the spawner (spawner.c), which starts the
+ * launcher, a child of the zygote that follows the launcher's flow; the zygote says `pid\0ID\0PID`
+ * and goes on with the next message. On the run's socket the init later asks for the program, which
+ * the zygote forks from the warm interpreter into the run's namespaces (program.c) with the run's
+ * seccomp filter (kept per distinct filter: building one with libseccomp costs more than the rest
+ * of a run's set-up). When the launcher has been reaped, the zygote says `exit\0ID\0STATUS` (the
+ * launcher's raw wait status): the program was the init's child, and the init was reaped by the
+ * launcher. A request that cannot start gets `error\0ID\0WHY` and nothing else.
  *
- * A direct run (direct.c) is P, the init of its namespaces: its pid message carries P's pidfd,
- * and once P has written C's outcome (its last act before its exit), Z says `ended\0ID\0STATUS`
- * at once. `ended` alone does not say the run is over: the host waits for P's exit on the pidfd
- * (an init's exit completes only once the kernel has killed and reaped the rest of its PID
- * namespace, which with a budget corral-init did already), instead of for Z's reaping and
- * message. `exit` follows at P's reaping, as for every run.
+ * A direct run (direct.c) is the direct init, the init of its namespaces: its pid message carries
+ * the direct init's pidfd, and once the direct init has written the program's outcome (its last act
+ * before its exit), the zygote says `ended\0ID\0STATUS` at once. `ended` alone does not say the run
+ * is over: the host waits for the direct init's exit on the pidfd (an init's exit completes only
+ * once the kernel has killed and reaped the rest of its PID namespace, which with a budget
+ * corral-init did already), instead of for the zygote's reaping and message. `exit` follows at the
+ * direct init's reaping, as for every run.
  *
- * A checks what only the zygote forbids (a network or user namespace other than the zygote's,
- * no PID namespace, another interpreter, other interpreter options, another locale) and writes a
- * usage error to the run's stderr as the launcher writes its own ("corral-zygote: ...", exit 2).
+ * The launcher checks what only the zygote forbids (a network or user namespace other than the
+ * zygote's, no PID namespace, another interpreter, other interpreter options, another locale) and
+ * writes a usage error to the run's stderr as the launcher writes its own ("corral-zygote: ...",
+ * exit 2).
  */
 #include "zygote.h"
 
@@ -34,18 +37,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define STOP_MS 2000            /* at the end, how long the runs get to end after SIGTERM (A's
-				 * own B gets 1 s: INIT_STOP_MS) */
+#define STOP_MS 2000            /* at the end, how long the runs get to end after SIGTERM (the
+				 * launcher's own init gets 1 s: INIT_STOP_MS) */
 
 /* ---- the runs going on ---- */
 
 struct run {
-	pid_t pid;              /* A */
-	int sock;               /* Z's end of the run's socket (B's request); -1: closed */
+	pid_t pid;              /* the launcher */
+	int sock;               /* the zygote's end of the run's socket (the init's request); -1:
+				 * closed */
 	int mntns;              /* the run's mount namespace, held (see run_remove); -1: none */
 	int outr;               /* a direct run (direct.c): its outcome pipe; -1: not direct, or
 				 * read */
-	int early;              /* its pid message had P's pidfd: `ended` when outr is readable */
+	int early;              /* its pid message had the direct init's pidfd: `ended` when outr is
+				 * readable */
 	int ended;              /* `ended` is sent: the status is known */
 	int status;             /* ... this one */
 	uint64_t digest;        /* program_digest() of the request's ID and ARGS */
@@ -77,7 +82,7 @@ static int runs_add(pid_t pid, const char *id, int sock, uint64_t digest)
 	return 0;
 }
 
-/* ---- Z ---- */
+/* ---- the zygote ---- */
 
 static void send3(const struct zygote *z, const char *a, const char *b, const char *c)
 {
@@ -156,8 +161,8 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		}
 		runs[nruns - 1].outr = outr;
 		runs[nruns - 1].mntns = mntns;
-		/* P is our child, not yet reaped: its pid names it alone. Without a pidfd (a kernel
-		 * before 5.3), the host waits for exit as on the other path. */
+		/* The direct init is our child, not yet reaped: its pid names it alone. Without a
+		 * pidfd (a kernel before 5.3), the host waits for exit as on the other path. */
 		pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 		runs[nruns - 1].early = pidfd >= 0;
 		snprintf(num, sizeof num, "%d", (int)pid);
@@ -165,15 +170,17 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		return;
 	}
 
-	/* S parses the arguments (as the launcher would) and starts A: our child, its pid the
-	 * run's. The run's socket: one end to B, through S and A; ours for B's requests. */
+	/* The spawner parses the arguments (as the launcher would) and starts the launcher: our
+	 * child, its pid the run's. The run's socket: one end to the init, through the spawner and
+	 * launcher; ours for the init's requests. */
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
 		pid = -1;
 	} else {
 		pid = spawner_fork(z, msg, len, fds, sv[1]);
 		err = errno;
 		if (pid < 0 && (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == EPROTO))
-			z->broken = 1;  /* S is gone (or broke the protocol): see request_idle() */
+			z->broken = 1;  /* the spawner is gone (or broke the protocol): see
+					 * request_idle() */
 		close(sv[1]);
 		if (pid < 0)
 			close(sv[0]);
@@ -186,9 +193,9 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 		send3(z, ZP_ERROR, id, perr);
 		return;
 	}
-	/* "run\0" skipped: the ID and ARGS, as B sends them back */
+	/* "run\0" skipped: the ID and ARGS, as the init sends them back */
 	if (runs_add(pid, id, sv[0], program_digest(msg + 4, len - 4)) != 0) {
-		/* Untracked, A could not be reported: end it now. */
+		/* Untracked, the launcher could not be reported: end it now. */
 		kill(pid, SIGKILL);
 		close(sv[0]);
 		send3(z, ZP_ERROR, id, "out of memory");
@@ -198,13 +205,13 @@ void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds,
 	send3(z, ZP_PID, id, num);
 }
 
-/* After the run's exit message (request_reap): Z holds each run's mount namespace from C's fork
- * on (run_request), so that the namespace ends here, not in A's exit. A, the last of the run to
- * exit, would free it, and the kernel waits for an RCU grace period before it frees the unmounted
- * mounts (namespace_unlock): that wait came between A's exit and its parent's SIGCHLD (195 us
- * median on the development VM, 86-110 us with the namespace held). Then the mounts are freed,
- * file by file, by whoever drops the last reference: K does (closer.c), not Z, whose every other
- * run would wait meanwhile. */
+/* After the run's exit message (request_reap): the zygote holds each run's mount namespace from the
+ * program's fork on (run_request), so that the namespace ends here, not in the launcher's exit. The
+ * launcher, the last of the run to exit, would free it, and the kernel waits for an RCU grace
+ * period before it frees the unmounted mounts (namespace_unlock): that wait came between the
+ * launcher's exit and its parent's SIGCHLD (195 us median on the development VM, 86-110 us with the
+ * namespace held). Then the mounts are freed, file by file, by whoever drops the last reference:
+ * the closer does (closer.c), not the zygote, whose every other run would wait meanwhile. */
 static void run_remove(struct zygote *z, struct run *r)
 {
 	if (r->sock >= 0)
@@ -245,7 +252,7 @@ int request_reap(struct zygote *z)
 		if (r->ended)
 			st = r->status;
 		else if (r->outr >= 0)
-			direct_outcome(r->outr, &st);  /* none: P's own status */
+			direct_outcome(r->outr, &st);  /* none: the direct init's own status */
 		snprintf(num, sizeof num, "%d", st);
 		send3(z, ZP_EXIT, r->id, num);
 		run_remove(z, r);
@@ -283,7 +290,8 @@ size_t request_poll(const struct zygote *z, struct pollfd **pf, size_t *cap, siz
 			n++;
 		}
 	}
-	if (closer_waiting(z)) {        /* K's socket was full: the rest when it takes more */
+	if (closer_waiting(z)) {        /* the closer's socket was full: the rest when it takes
+					 * more */
 		(*pf)[n].fd = z->closer;
 		(*pf)[n].events = POLLOUT;
 		(*pf)[n].revents = 0;
@@ -292,9 +300,9 @@ size_t request_poll(const struct zygote *z, struct pollfd **pf, size_t *cap, siz
 	return n;
 }
 
-/* A direct run's outcome pipe is readable: corral-init wrote C's outcome as its last act before
- * its exit. `ended` now; P's exit (which the host waits for on its pidfd) and reaping come
- * next, and `exit` with them. EOF: P ended without an outcome, and its
+/* A direct run's outcome pipe is readable: corral-init wrote the program's outcome as its last act
+ * before its exit. `ended` now; the direct init's exit (which the host waits for on its pidfd) and
+ * reaping come next, and `exit` with them. EOF: the direct init ended without an outcome, and its
  * reaping reports its own status. */
 static void run_outcome(struct zygote *z, struct run *r)
 {
@@ -310,7 +318,8 @@ static void run_outcome(struct zygote *z, struct run *r)
 	send3(z, ZP_ENDED, r->id, num);
 }
 
-/* B asks for its program: fork C (program.c). It asks once: then the socket is closed. */
+/* The init asks for its program: fork the program (program.c). It asks once: then the socket is
+ * closed. */
 static void run_request(struct zygote *z, struct run *r, char *buf)
 {
 	int fds[16], nfds, cut, i;
@@ -326,11 +335,11 @@ static void run_request(struct zygote *z, struct run *r, char *buf)
 	for (i = 0; i < nfds; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	/* C is forked from this memory: nothing of this run's request may stay in it */
+	/* The program is forked from this memory: nothing of this run's request may stay in it */
 	if (n > 0)
 		memset(buf, 0, (size_t)n);
 	(void)pid;
-	close(r->sock);         /* answered (or B is gone): nothing more from it */
+	close(r->sock);         /* answered (or the init is gone): nothing more from it */
 	r->sock = -1;
 }
 
@@ -369,7 +378,7 @@ void request_stop_all(struct zygote *z)
 	pid_t pid;
 
 	for (i = 0; i < nruns; i++)
-		kill(runs[i].pid, SIGTERM);     /* A ends its run as a launcher does */
+		kill(runs[i].pid, SIGTERM);     /* the launcher ends its run as a launcher does */
 	while (nruns > 0) {
 		pid = waitpid(-1, &st, WNOHANG);
 		if (pid > 0) {

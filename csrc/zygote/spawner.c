@@ -1,21 +1,24 @@
-/* spawner.c: S, the small process that starts each run's A.
+/* spawner.c: the spawner, the small process that starts each run's launcher.
  *
- * Z forks S at start-up, before the interpreter exists, so S holds a few hundred kB of memory
- * where Z holds the interpreter's tens of MB. For each run Z sends S the host's request with its
- * four fds and one end of the run's own socket; S parses it (plan.c) and starts A with
- * clone(CLONE_PARENT): A is a copy of S (cheap to make, cheap to tear down) but Z's child, so
- * that Z reaps it and A's pid is the run's for the host; S answers with that pid. A follows the
- * launcher's flow (launch_run) with the init B forked from it as small; the program C alone is
- * forked from Z's warm interpreter, on B's request over the run's socket (program.c).
+ * The zygote forks the spawner at start-up, before the interpreter exists, so the spawner holds a
+ * few hundred kB of memory where the zygote holds the interpreter's tens of MB. For each run the
+ * zygote sends the spawner the host's request with its four fds and one end of the run's own
+ * socket; the spawner parses it (plan.c) and starts the launcher with clone(CLONE_PARENT): the
+ * launcher is a copy of the spawner (cheap to make, cheap to tear down) but the zygote's child, so
+ * that the zygote reaps it and the launcher's pid is the run's for the host; the spawner answers
+ * with that pid. The launcher follows the launcher's flow (launch_run) with the init forked from it
+ * as small; the program alone is forked from the zygote's warm interpreter, on the init's request
+ * over the run's socket (program.c).
  *
- * clone() without glibc's fork() leaves glibc's cached thread id of A at S's: A and B call
- * nothing that uses it (raise, abort, pthread_kill).
+ * clone() without glibc's fork() leaves glibc's cached thread id of the launcher at the spawner's:
+ * the launcher and init call nothing that uses it (raise, abort, pthread_kill).
  *
- * S, A and B run nothing of the interpreter's, so S unmaps libpython first: the dynamic loader
- * relocated it when Z started, and its 1.2 MB of data, written by the relocations, would be
- * copied into S and from there page by page into every A and B, and torn down with each. Z is
- * linked with -z now, so no lazy symbol lookup walks the unmapped library's tables later; S, A
- * and B end with _exit(), so none of its destructors runs either.
+ * The spawner, launcher and init run nothing of the interpreter's, so the spawner unmaps libpython
+ * first: the dynamic loader relocated it when the zygote started, and its 1.2 MB of data, written
+ * by the relocations, would be copied into the spawner and from there page by page into every
+ * launcher and init, and torn down with each. The zygote is linked with -z now, so no lazy symbol
+ * lookup walks the unmapped library's tables later; the spawner, launcher and the init end with
+ * _exit(), so none of its destructors runs either.
  */
 #include "zygote.h"
 
@@ -37,10 +40,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* the fds of a request to S: the run's four, then the run's socket */
-enum { S_RUNSOCK = RUN_NFDS, S_NFDS };
+/* the fds of a request to the spawner: the run's four, then the run's socket */
+enum { SPAWN_RUNSOCK = RUN_NFDS, SPAWN_NFDS };
 
-/* ---- A ---- */
+/* ---- the launcher ---- */
 
 static NORETURN void usage_error(const char *what)
 {
@@ -49,13 +52,13 @@ static NORETURN void usage_error(const char *what)
 }
 
 /* The run's fds on 0, 1, 2 and the report fd, the run's socket just above, and nothing else
- * open: S's socket to Z stays with S. Returns the run socket's fd. */
+ * open: the spawner's socket to the zygote stays with the spawner. Returns the run socket's fd. */
 static int step_fds(const int *fds, int rfd)
 {
-	int hi[S_NFDS], i, base = rfd >= 3 ? rfd + 1 : 3, sock = base;
+	int hi[SPAWN_NFDS], i, base = rfd >= 3 ? rfd + 1 : 3, sock = base;
 
 	/* Above every target first, so that no dup2() below overwrites a source. */
-	for (i = 0; i < S_NFDS; i++) {
+	for (i = 0; i < SPAWN_NFDS; i++) {
 		hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, base + 1);
 		if (hi[i] < 0)
 			_exit(EXIT_SETUP);
@@ -65,7 +68,7 @@ static int step_fds(const int *fds, int rfd)
 			_exit(EXIT_SETUP);
 	if (rfd >= 0 && dup2(hi[RUN_REPORT], rfd) < 0)
 		_exit(EXIT_SETUP);
-	if (dup3(hi[S_RUNSOCK], sock, O_CLOEXEC) < 0)
+	if (dup3(hi[SPAWN_RUNSOCK], sock, O_CLOEXEC) < 0)
 		_exit(EXIT_SETUP);
 	if (rfd > 3)
 		close_fds(3, rfd - 1);
@@ -115,7 +118,7 @@ static NORETURN void run_a(const struct zygote *z, struct plan *p, const char *p
 	int sock;
 
 	sock = step_fds(fds, perr ? -1 : p->report_fd);
-	/* every disposition default and nothing blocked: S's, which it set once */
+	/* every disposition default and nothing blocked: the spawner's, which it set once */
 	if (perr)
 		usage_error(perr);
 	if (p->mode != PLAN_RUN)
@@ -124,14 +127,15 @@ static NORETURN void run_a(const struct zygote *z, struct plan *p, const char *p
 	    py_check_run(z, p, err, sizeof err) != 0)
 		usage_error(err);
 	memset(&L, 0, sizeof L);
-	L.parent = z->self;             /* A's parent is the zygote, not --parent-pid's host */
+	L.parent = z->self;             /* the launcher's parent is the zygote, not --parent-pid's
+					 * host */
 	L.shared = &z->ns;
-	L.seccomp_ready = 1;            /* C gets the filter from Z */
+	L.seccomp_ready = 1;            /* the program gets the filter from the zygote */
 	program_prepare(&L, sock, args, nargs);
 	launch_run(&L, p);
 }
 
-/* ---- S ---- */
+/* ---- the spawner ---- */
 
 static int reply(int sock, long v)
 {
@@ -145,7 +149,7 @@ static int reply(int sock, long v)
 	return n < 0 ? -1 : 0;
 }
 
-/* One request: "run\0ID\0ARGS..." (checked by Z) with S_NFDS fds. */
+/* One request: "run\0ID\0ARGS..." (checked by the zygote) with SPAWN_NFDS fds. */
 static void spawn_one(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds)
 {
 	static char *argv[ARGS_MAX + 1];
@@ -160,7 +164,7 @@ static void spawn_one(const struct zygote *z, int sock, char *msg, size_t len, i
 		off += strlen(msg + off) + 1;
 	}
 	argv[nf] = NULL;
-	if (nfds == S_NFDS && nf >= 2 && len > 0 && msg[len - 1] == '\0') {
+	if (nfds == SPAWN_NFDS && nf >= 2 && len > 0 && msg[len - 1] == '\0') {
 		/* argv[1], the ID, becomes plan_parse's argv[0]: the arguments follow. */
 		parsed = plan_parse(&plan, (int)(nf - 1), argv + 1, perr, sizeof perr) == 0;
 		pid = syscall(SYS_clone, CLONE_PARENT, NULL, NULL, NULL, 0);
@@ -174,7 +178,7 @@ static void spawn_one(const struct zygote *z, int sock, char *msg, size_t len, i
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
 	if (reply(sock, pid) != 0)
-		_exit(0);       /* Z is gone */
+		_exit(0);       /* the zygote is gone */
 }
 
 struct span {
@@ -221,14 +225,15 @@ static void drop_python(void)
 static NORETURN void spawner_main(const struct zygote *z, int sock)
 {
 	char *buf = malloc(MSG_MAX);
-	int fds[S_NFDS + 1];
+	int fds[SPAWN_NFDS + 1];
 
 	prctl(PR_SET_NAME, "corral-spawner", 0, 0, 0);
 	if (!buf || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != z->self)
 		_exit(0);
 	drop_python();
-	/* Each A is a copy of S: every disposition default and nothing blocked, here once rather
-	 * than in every A (64 system calls). S changes none afterwards. */
+	/* Each launcher is a copy of the spawner: every disposition default and nothing blocked,
+	 * here once rather than in every launcher (64 system calls). The spawner changes none
+	 * afterwards. */
 	signals_reset();
 	for (;;) {
 		struct pollfd pf = { sock, POLLIN, 0 };
@@ -240,13 +245,15 @@ static NORETURN void spawner_main(const struct zygote *z, int sock)
 				continue;
 			_exit(0);
 		}
-		n = ctl_recv(sock, buf, MSG_MAX, fds, S_NFDS + 1, &nfds, &cut);
+		n = ctl_recv(sock, buf, MSG_MAX, fds, SPAWN_NFDS + 1, &nfds, &cut);
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			continue;
 		if (n <= 0 && nfds == 0)
-			_exit(0);       /* EOF: Z is done */
-		spawn_one(z, sock, buf, cut ? 0 : (size_t)n, fds, nfds);    /* cut: refused, fds closed */
-		/* The next A is a copy of this memory: nothing of this request may be in it. */
+			_exit(0);       /* EOF: the zygote is done */
+		spawn_one(z, sock, buf, cut ? 0 : (size_t)n, fds, nfds);    /* cut: refused, fds
+									     * closed */
+		/* The next launcher is a copy of this memory: nothing of this request may be in
+		 * it. */
 		memset(buf, 0, (size_t)(n > 0 ? n : 0));
 	}
 }
@@ -259,14 +266,14 @@ int spawner_start(struct zygote *z)
 pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const int *fds,
 		   int runsock)
 {
-	int all[S_NFDS];
+	int all[SPAWN_NFDS];
 	char num[24];
 	ssize_t n;
 	long v;
 
 	memcpy(all, fds, RUN_NFDS * sizeof *fds);
-	all[S_RUNSOCK] = runsock;
-	if (msg_send(z->spawner, msg, len, all, S_NFDS) != 0)
+	all[SPAWN_RUNSOCK] = runsock;
+	if (msg_send(z->spawner, msg, len, all, SPAWN_NFDS) != 0)
 		return -1;
 	do
 		n = recv(z->spawner, num, sizeof num - 1, 0);
@@ -284,8 +291,9 @@ pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const in
 	return (pid_t)v;
 }
 
-/* At Z's end: EOF to S, which exits on it, and S waited for, so that it is not left a zombie
- * for whichever process inherits it (a container's pid 1 may never reap it). */
+/* At the zygote's end: EOF to the spawner, which exits on it, and the spawner waited for, so that
+ * it is not left a zombie for whichever process inherits it (a container's pid 1 may never reap
+ * it). */
 void spawner_stop(struct zygote *z)
 {
 	int st;

@@ -1,26 +1,38 @@
-/* zygote.h: private header joining corral-zygote's files.
+/* zygote.h: private header joining corral-zygote's files, by process and by path.
  *
- *   main.c     start-up: the command line, the flat list of the zygote's own steps, the loop
+ * The processes, by role (docs/internals.md has the table: who forks whom, with which flags, in
+ * which namespaces, what each execs):
+ *   zygote       the warm interpreter; the host's peer on the control socket
+ *   spawner      small, forked by the zygote before the interpreter: starts each launcher
+ *   closer       small, forked likewise: closes the runs' mount namespaces
+ *   direct init  cloned by the zygote into a direct run's namespaces; execs corral-init
+ *   launcher     per run on the spawner path: the launcher's own flow (launch_run)
+ *   init         the init of the run's PID namespace (the launcher's child, or corral-init)
+ *   joiner       vforked by the zygote: enters the init's PID namespace for its children
+ *   midwife      vforked by the joiner there: forks the program and exits, so the init adopts it
+ *   program      forked from the warm interpreter; runs the program instead of an execve
+ *
+ * Shared by both paths:
+ *   main.c     the zygote's start-up: the command line, the flat list of its steps, the loop
  *   control.c  the control socket: messages in (with their fds) and out (queued, never blocking)
- *   request.c  a run request: its plan, the seccomp filters kept, process A, reaping, the end
- *   python.c   the embedded interpreter: start-up, preloading, the program in C, its exit
- *   pygc.c     whether the run froze objects (its one use of CPython's internal headers)
- *   exec.c     what execve() would have done to C: capabilities, cmdline, environ, comm
+ *   protocol.h the protocol's words, shared with the host (csrc/core/zygote.c)
+ *   request.c  the zygote: a run request, the runs going on, reaping, the end
+ *   filters.c  the zygote: the seccomp filters kept, one per distinct deny list
+ *   closer.c   the closer
+ *   pystart.c  the zygote: the interpreter's start-up (python.h joins the py*.c files)
+ *   pycheck.c  whether the interpreter can run what a run asks for
+ *   pyrun.c    the program: the run's state, then the program as python3's main runs it
+ *   pyend.c    the program: its end, as python3 ends
+ *   pygc.c     the program: whether the run froze objects (CPython's internal headers)
+ *   exec.c     the program: what execve() would have done to it
+ * The direct path (a run without a run cgroup):
+ *   direct.c   the direct init, and the program it forks
+ * The spawner path (a run cgroup, or a kernel that refuses the direct clone):
+ *   spawner.c  the spawner, and each launcher it starts
+ *   program.c  the init's request for its program, and the zygote's fork of it (joiner, midwife)
  *
- *   direct.c   a direct run: P cloned into the run's new namespaces, C forked, corral-init run
- *   spawner.c  S, small, forked before the interpreter: starts each run's A (Z's child), for
- *              the runs that are not direct
- *   closer.c   K, small, forked before the interpreter: closes the runs' mount namespaces,
- *              whose teardown would stall Z
- *   program.c  C, forked by Z into the run's namespaces on B's request, and B's end of that
- *
- * corral-zygote is built from the launcher's files (all of csrc/launch but main.c) and these. A run
- * is direct (direct.c) unless it has a run cgroup. Otherwise, process
- * names as in launch.h: for each run S starts an A (its pid is the run's pid for the host), A
- * follows the launcher's own flow (launch_run) and forks the init B; B asks Z for the program C,
- * which Z forks from the warm interpreter into B's namespaces, and which runs the program in that
- * interpreter instead of an execve. The protocol is in docs/internals.md, section
- * "corral-zygote".
+ * corral-zygote is built from the launcher's files (all of csrc/launch but main.c) and these.
+ * The protocol is in docs/internals.md, section "corral-zygote".
  */
 #ifndef CORRAL_ZYGOTE_H
 #define CORRAL_ZYGOTE_H
@@ -46,7 +58,7 @@ enum { RUN_STDIN, RUN_STDOUT, RUN_STDERR, RUN_REPORT, RUN_NFDS };
 struct zygote {
 	int ctl;                /* the control socket (SOCK_SEQPACKET) */
 	int sigfd;              /* signalfd for SIGCHLD (blocked) */
-	pid_t self;             /* the zygote's pid: each A's parent */
+	pid_t self;             /* the zygote's pid: each launcher's parent */
 	pid_t parent;           /* --parent-pid (0: the parent found at start) */
 	enum plan_net net;      /* --net */
 	enum plan_userns userns;        /* --userns */
@@ -55,11 +67,13 @@ struct zygote {
 	const char *preload;    /* --preload: module names, comma-separated, or NULL */
 	char **env;             /* --env, NULL-terminated: the environment Python starts in */
 	size_t nenv;
-	int spawner;            /* the socket to S */
+	int spawner;            /* the socket to the spawner */
 	pid_t spawner_pid;
-	int closer;             /* the socket to K; -1: none (Z closes the files itself) */
+	int closer;             /* the socket to the closer; -1: none (the zygote closes the files
+				 * itself) */
 	pid_t closer_pid;
-	int broken;             /* S is gone: no new run can start; exit once the runs are done */
+	int broken;             /* the spawner is gone: no new run can start; exit once the runs are
+				 * done */
 };
 
 /* A growing list of strings (the ready message's lines). */
@@ -71,18 +85,18 @@ struct strv {
 int strv_add(struct strv *s, const char *str);          /* a copy; 0, or -1: out of memory */
 void strv_free(struct strv *s);
 
-/* ---- direct.c: a run without S, A and B ---- */
+/* ---- direct.c: a run without the spawner, launcher and init ---- */
 
 /* At start-up: corral-init, next to the zygote's executable (O_PATH); -1 when it is not there
- * (every run then goes by S). */
+ * (every run then goes by the spawner). */
 int direct_open(const char *self_dir);
 int direct_fd(void);
-/* A run request's message (run\0ID\0ARGS...) and its 4 fds, started directly: P's pid (the
- * run's), the read end of its outcome pipe and its mount namespace (or -1). -1 with errno
- * ENOTSUP: this run goes by S. */
+/* A run request's message (run\0ID\0ARGS...) and its 4 fds, started directly: the direct init's pid
+ * (the run's), the read end of its outcome pipe and its mount namespace (or -1). -1 with errno
+ * ENOTSUP: this run goes by the spawner. */
 pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds, int *outr,
 		   int *mntns);
-int direct_outcome(int outr, int *status);      /* C's outcome: 1 and the run's status */
+int direct_outcome(int outr, int *status);      /* the program's outcome: 1 and the run's status */
 
 /* ---- control.c ---- */
 
@@ -95,7 +109,7 @@ int ctl_queued(void);                   /* 1: messages wait for POLLOUT */
 int ctl_flush(int fd);                  /* 0, or -1 with errno (as ctl_send) */
 
 /* One whole message with nfds fds (SCM_RIGHTS, MSG_FDS_MAX at most), blocking: between the
- * zygote's own processes (S, B), not to the host. 0, or -1 with errno. */
+ * zygote's own processes (the spawner, init), not to the host. 0, or -1 with errno. */
 #define MSG_FDS_MAX 16
 int msg_send(int fd, const void *buf, size_t len, const int *fds, int nfds);
 
@@ -106,59 +120,66 @@ ssize_t ctl_recv(int fd, char *buf, size_t len, int *fds, int maxfds, int *nfds,
 
 /* ---- request.c ---- */
 
-/* A message from the host; closes the fds it came with (A has its own copies). */
+/* A message from the host; closes the fds it came with (the launcher has its own copies). */
 void request_handle(struct zygote *z, char *msg, size_t len, int *fds, int nfds, int cut);
-/* Reaps every A that has ended and sends its exit message. 0, or -1: no child is left. */
+/* Reaps every launcher that has ended and sends its exit message. 0, or -1: no child is left. */
 int request_reap(struct zygote *z);
 /* 1: no run is going on. */
 int request_idle(void);
-/* The runs' sockets to poll, at (*pf)[base...] (grown as needed), and K's when files wait for
- * it: returns base + how many. */
+/* The runs' sockets to poll, at (*pf)[base...] (grown as needed), and the closer's when files wait
+ * for it: returns base + how many. */
 size_t request_poll(const struct zygote *z, struct pollfd **pf, size_t *cap, size_t base);
-/* What poll() said of them: B's requests for its program. */
+/* What poll() said of them: the init's requests for its program. */
 void request_polled(struct zygote *z, const struct pollfd *pf, size_t base, size_t n);
 
 /* ---- filters.c ---- */
 
-/* In Z, before forking a C: the plan's seccomp filter in seccomp.c's state (built once). */
+/* In the zygote, before forking a program: the plan's seccomp filter in seccomp.c's state (built
+ * once). */
 void filters_load(const struct zygote *z, const struct plan *p);
 
 /* ---- spawner.c ---- */
 
-/* In Z at start-up, before the interpreter: forks S. 0, or -1 with errno. */
+/* In the zygote at start-up, before the interpreter: forks the spawner. 0, or -1 with errno. */
 int helper_fork(struct zygote *z, void (*child_main)(const struct zygote *z, int sock), int *sock,
-		pid_t *pid);                    /* control.c: S and K */
+		pid_t *pid);                    /* control.c: the spawner and closer */
 int spawner_start(struct zygote *z);
-void spawner_stop(struct zygote *z);             /* at Z's end: EOF to S, which is waited for */
-/* A request (checked: "run\0ID\0ARGS...", its four fds) and the run's socket to S: A's pid, or -1
- * with errno. */
+void spawner_stop(struct zygote *z);             /* at the zygote's end: EOF to the spawner, which
+						  * is waited for */
+/* A request (checked: "run\0ID\0ARGS...", its four fds) and the run's socket to the spawner: the
+ * launcher's pid, or -1 with errno. */
 pid_t spawner_fork(const struct zygote *z, const char *msg, size_t len, const int *fds,
 		   int runsock);
 
 /* ---- closer.c ---- */
 
-/* In Z at start-up, before the interpreter: forks K. 0, or -1 (then z->closer is -1). */
+/* In the zygote at start-up, before the interpreter: forks the closer. 0, or -1 (then z->closer is
+ * -1). */
 int closer_start(struct zygote *z);
-/* A run's mount namespace file, to be closed by K (never blocks; without K, closed here). */
+/* A run's mount namespace file, to be closed by the closer (never blocks; without the closer,
+ * closed here). */
 void closer_give(struct zygote *z, int fd);
-void closer_flush(struct zygote *z);            /* what K could not take before, at POLLOUT */
-int closer_waiting(const struct zygote *z);     /* 1: files wait for K's socket to take them */
-void closer_gone(struct zygote *z);             /* K was reaped */
-void closer_stop(struct zygote *z);             /* at Z's end: EOF to K, which is waited for */
+void closer_flush(struct zygote *z);            /* what the closer could not take before, at
+						 * POLLOUT */
+int closer_waiting(const struct zygote *z);     /* 1: files wait for the closer's socket to take
+						 * them */
+void closer_gone(struct zygote *z);             /* the closer was reaped */
+void closer_stop(struct zygote *z);             /* at the zygote's end: EOF to the closer, which is
+						 * waited for */
 
 /* ---- program.c ---- */
 
-/* In A: the hooks by which B gets its program from Z over sock (ARGS: the run's ID and
- * arguments, which Z parses again). */
+/* In the launcher: the hooks by which the init gets its program from the zygote over sock (ARGS:
+ * the run's ID and arguments, which the zygote parses again). */
 void program_prepare(struct launch *L, int sock, char **args, size_t nargs);
-/* In Z, after S was forked: the key of program_digest(). 0, or -1. */
+/* In the zygote, after the spawner was forked: the key of program_digest(). 0, or -1. */
 int program_key(void);
-/* The keyed hash of a request's ID and ARGS, kept per run to check B's request against. */
+/* The keyed hash of a request's ID and ARGS, kept per run to check the init's request against. */
 uint64_t program_digest(const char *bytes, size_t len);
-/* In Z: B's request on sock, with its fds (closed by the caller): forks C into B's namespaces
- * and answers B. C's pid there, or -1 (B was told why). digest: the host's request's. When C
- * is forked, *mntns takes the run's mount namespace file out of fds[] (-1 there): the caller's
- * to close. */
+/* In the zygote: the init's request on sock, with its fds (closed by the caller): forks the program
+ * into the init's namespaces and answers the init. The program's pid there, or -1 (the init was
+ * told why). digest: the host's request's. When the program is forked, *mntns takes the run's mount
+ * namespace file out of fds[] (-1 there): the caller's to close. */
 pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int *fds, int nfds,
 		   uint64_t digest, int *mntns);
 /* The host closed the control socket: ends the runs still going (as SIGTERM ends a launcher's),
@@ -167,30 +188,32 @@ void request_stop_all(struct zygote *z);
 
 /* ---- python.c ---- */
 
-/* In Z: initialises the interpreter as `python3 -I` started with z->env for environment,
+/* In the zygote: initialises the interpreter as `python3 -I` started with z->env for environment,
  * imports the preloaded modules (a failure adds "preload-failed MODULE REASON" to lines) and
  * readies it for forking. 0, or -1 with a message in err. */
 int py_start(const struct zygote *z, struct strv *lines, char *err, size_t errlen);
-/* In A: whether the interpreter can run what the plan's PROGRAM ARGS ask for: 0, or -1 with the
- * usage error in err. */
+/* In the launcher: whether the interpreter can run what the plan's PROGRAM ARGS ask for: 0, or -1
+ * with the usage error in err. */
 int py_check_run(const struct zygote *z, const struct plan *p, char *err, size_t errlen);
-/* In C, instead of execve: runs the program in the interpreter and exits as python3 does.
+/* In the program, instead of execve: runs the program in the interpreter and exits as python3 does.
  * errfd: the pipe to the supervisor (child_die) until the program starts. */
 NORETURN void py_run_program(const struct launch *L, int errfd);
 
 /* ---- pygc.c ---- */
 
-int py_frozen_mark(void);       /* in Z, after gc.freeze(): 0, or -1 (no Python error set) */
-int py_frozen_grew(void);       /* in C: 1 when the run may have frozen objects of its own */
+int py_frozen_mark(void);       /* in the zygote, after gc.freeze(): 0, or -1 (no Python error
+				 * set) */
+int py_frozen_grew(void);       /* in the program: 1 when the run may have frozen objects of its
+				 * own */
 
 /* ---- exec.c ---- */
 
-void exec_prepare(void);                /* in Z: its memory layout, for exec_like() */
-/* In C: what execve() does to the process (capabilities, cmdline, environ, comm); 0, or -1
- * with errno when the capabilities could not be dropped. */
+void exec_prepare(void);                /* in the zygote: its memory layout, for exec_like() */
+/* In the program: what execve() does to the process (capabilities, cmdline, environ, comm); 0, or
+ * -1 with errno when the capabilities could not be dropped. */
 int exec_like(const struct plan *p);
-void exec_dumpable(void);               /* in C, last: dumpable, as after execve() */
-/* In C: the rseq registration again (dropped by the kernel for a CLONE_VM parent). */
+void exec_dumpable(void);               /* in the program, last: dumpable, as after execve() */
+/* In the program: the rseq registration again (dropped by the kernel for a CLONE_VM parent). */
 void exec_rseq_again(void);
 
 #endif
