@@ -58,18 +58,24 @@ LAUNCH_SRC := $(wildcard csrc/launch/*.c)
 LAUNCH_HDR := $(wildcard csrc/launch/*.h)
 CORE_SRC   := $(wildcard csrc/core/*.c)
 CORE_HDR   := $(wildcard csrc/core/*.h) csrc/zygote/protocol.h
-# the zygote: the launcher's files but its main.c, and its own
-ZYGOTE_SRC := $(filter-out csrc/launch/main.c,$(LAUNCH_SRC)) $(wildcard csrc/zygote/*.c)
+ZYGOTE_SRC := $(wildcard csrc/zygote/*.c)
 ZYGOTE_HDR := $(LAUNCH_HDR) $(wildcard csrc/zygote/*.h)
+
+# The launcher's steps (csrc/launch but main.c), compiled once into an archive that the three
+# programs link: corral-launch (with its main.c), corral-zygote and corral-init each take the
+# members they use, as the linker picks them.
+STEP_SRC := $(filter-out csrc/launch/main.c,$(LAUNCH_SRC))
+STEPS    := build/steps/libsteps.a
 
 # corral-init, the init a direct warm run execs into (csrc/init/main.c): every warm run starts
 # it, so it is small and static; against musl libc (musl-tools) its execve and exit take about
-# 90 us on the development VM, against a static glibc's 350. Without musl-gcc: $(CC), static.
-INIT_SRC := csrc/init/main.c csrc/launch/steps.c csrc/launch/ns.c csrc/launch/mounts.c \
-	csrc/launch/plan.c csrc/launch/reap.c csrc/launch/report.c csrc/launch/budget.c \
-	csrc/launch/held.c csrc/launch/sweep.c
+# 90 us on the development VM, against a static glibc's 350. musl brings no kernel headers: the
+# system's (linux-libc-dev) come after its own. Without musl-gcc: $(CC), static, and $(STEPS).
 MUSL_CC  ?= $(shell command -v musl-gcc 2>/dev/null)
 INIT_CC  := $(or $(MUSL_CC),$(CC))
+INIT_STEPS := $(if $(MUSL_CC),build/steps-musl/libsteps.a,$(STEPS))
+MUSL_KERNEL_HDRS := -idirafter /usr/include $(addprefix -idirafter /usr/include/,$(shell $(CC) \
+	-print-multiarch 2>/dev/null))
 
 LAUNCHER := csrc/corral-launch
 ZYGOTE   := csrc/corral-zygote
@@ -81,21 +87,37 @@ CORE_SO  := csrc/corral/core.so
 
 all: $(LAUNCHER) $(ZYGOTE) $(INIT) $(CORE_SO)
 
-$(INIT): $(INIT_SRC) $(LAUNCH_HDR)
-	$(INIT_CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -static -o $@ $(INIT_SRC) $(LDFLAGS)
+build/steps/%.o: csrc/launch/%.c $(LAUNCH_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) -c -o $@ $<
 
-$(LAUNCHER): $(LAUNCH_SRC) $(LAUNCH_HDR)
-	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) $(LAUNCH_LINK) -o $@ $(LAUNCH_SRC) \
+build/steps-musl/%.o: csrc/launch/%.c $(LAUNCH_HDR)
+	@mkdir -p $(@D)
+	$(INIT_CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(MUSL_KERNEL_HDRS) -c -o $@ $<
+
+build/steps/libsteps.a: $(STEP_SRC:csrc/launch/%.c=build/steps/%.o)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+build/steps-musl/libsteps.a: $(STEP_SRC:csrc/launch/%.c=build/steps-musl/%.o)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(INIT): csrc/init/main.c $(INIT_STEPS) $(LAUNCH_HDR)
+	$(INIT_CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE -static -o $@ csrc/init/main.c $(INIT_STEPS) $(LDFLAGS)
+
+$(LAUNCHER): csrc/launch/main.c $(STEPS) $(LAUNCH_HDR)
+	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) $(LAUNCH_LINK) -o $@ csrc/launch/main.c \
+		$(STEPS) $(LDFLAGS) $(SECCOMP_LIBS)
+
+$(DYN_LAUNCHER): csrc/launch/main.c $(STEPS) $(LAUNCH_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) -o $@ csrc/launch/main.c $(STEPS) \
 		$(LDFLAGS) $(SECCOMP_LIBS)
 
-$(DYN_LAUNCHER): $(LAUNCH_SRC) $(LAUNCH_HDR)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) -o $@ $(LAUNCH_SRC) $(LDFLAGS) \
-		$(SECCOMP_LIBS)
-
-$(ZYGOTE): $(ZYGOTE_SRC) $(ZYGOTE_HDR)
+$(ZYGOTE): $(ZYGOTE_SRC) $(STEPS) $(ZYGOTE_HDR)
 	$(CC) $(CFLAGS) $(WARN) -D_GNU_SOURCE $(SECCOMP_CFLAGS) $(PY_CFLAGS) -o $@ $(ZYGOTE_SRC) \
-		$(LDFLAGS) -Wl,-z,now $(SECCOMP_DYN_LIBS) $(PY_LIBS)
+		$(STEPS) $(LDFLAGS) -Wl,-z,now $(SECCOMP_DYN_LIBS) $(PY_LIBS)
 
 $(CORE_SO): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p csrc/corral

@@ -2,7 +2,8 @@
  * its pipe, its reaping, the wait of a PID namespace's init, and the program's end in the report.
  *
  * corral-init, the small init corral-zygote's direct launches exec into once the program is forked,
- * is built from this file, report.c, budget.c and sweep.c alone: nothing here may need more.
+ * links this file, report.c, budget.c and sweep.c from the step archive and no more (no
+ * libseccomp): nothing here may need more.
  */
 #include "launch.h"
 

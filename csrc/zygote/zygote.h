@@ -31,7 +31,7 @@
  *   spawner.c  the spawner, and each launcher it starts
  *   program.c  the init's request for its program, and the zygote's fork of it (joiner, midwife)
  *
- * corral-zygote is built from the launcher's files (all of csrc/launch but main.c) and these.
+ * corral-zygote is built from these and the launcher's step archive (csrc/launch but main.c).
  * The protocol is in docs/internals.md, section "corral-zygote".
  */
 #ifndef CORRAL_ZYGOTE_H
