@@ -40,6 +40,8 @@ local policy = require "corral.policy"
 local H = require "helper"
 local S = require "hostile.support"
 
+local paths = require "corral.paths"
+
 local CONCURRENCY = 4
 local SLACK = 0.5           -- a run must return within its timeout + SLACK
 local DEFAULT_TIMEOUT = 5   -- the default policy's
@@ -257,6 +259,7 @@ local function start_case(case, prefix, done)
       local env = { "CORRAL_HOSTILE_SECRET=" .. ctx.secret, "HOSTILE_CTX=" .. cjson.encode(next(extra) and extra or { none = true }),
                     "HOME=" .. ctx.host_home, "PATH=/usr/bin:/bin",
                     "HOSTILE_WORLD_WRITABLE=" .. cjson.encode(S.world_writable()), "HOSTILE_BASE=" .. S.base }
+      if S.zygote then env[#env + 1] = "CORRAL_ZYGOTE=" .. S.zygote end
       local timeout = case_timeout(case, ctx)
       local spawned, err = core.spawn {
         file = "/usr/bin/" .. S.LUA,
@@ -374,14 +377,33 @@ local function run_cases(list, prefix, concurrency)
   return outcomes
 end
 
-for _, base in ipairs({ "default", "warm" }) do
+-- A zygote that takes the spawner path for every run: a copy of corral-zygote in a directory
+-- without corral-init, which the direct path execs (csrc/zygote/direct.c). Its runs go as those
+-- of a run cgroup and of a kernel that refuses the direct clone do: launcher, init, joiner,
+-- midwife, program. Returns the copy's path and a function that removes it.
+local function spawner_zygote()
+  local src = assert(paths.zygote())
+  local dir = assert(core.mkdtemp("/tmp/corral-spawner-path.XXXXXX"))
+  assert(os.execute("cp '" .. src .. "' '" .. dir .. "/corral-zygote' && chmod 0755 '" .. dir .. "' '" ..
+    dir .. "/corral-zygote'"))
+  return dir .. "/corral-zygote", function() os.execute("rm -rf '" .. dir .. "'") end
+end
+
+-- "warm-spawner": the warm policy, every run by the spawner path (the direct path is the warm
+-- policy's usual one): an untested confinement path would be a hole.
+for _, base in ipairs({ "default", "warm", "warm-spawner" }) do
   describe("hostile programs (" .. base .. ")", function()
     local cases = S.load_cases()
     local outcomes, snap, t_all
     local prefix = "hst" .. S.random_hex(4)
+    local real_zygote, remove_copy = paths.zygote, nil
 
     lazy_setup(function()
-      S.base = base
+      S.base = base == "warm-spawner" and "warm" or base
+      if base == "warm-spawner" then
+        S.zygote, remove_copy = spawner_zygote()
+        paths.zygote = function() return S.zygote end
+      end
       snap = H.snapshot()
       local t0 = core.hrtime()
       outcomes = run_cases(cases, prefix, CONCURRENCY)
@@ -394,6 +416,13 @@ for _, base in ipairs({ "default", "warm" }) do
         end
       end
     end)
+
+    if base == "warm-spawner" then
+      it("took the spawner path: the run's pid 1 is the launcher's init, not corral-init", function()
+        local r = assert(corral.run_python("print(open('/proc/1/comm').read().strip())", { policy = "warm" }))
+        assert.are.equal("corral-spawner\n", r.stdout, r.stderr)
+      end)
+    end
 
     it("has at least 50 cases with distinct names", function()
       assert.is_true(#cases >= 50 or (os.getenv("HOSTILE_ONLY") or "") ~= "", #cases .. " cases")
@@ -427,7 +456,13 @@ for _, base in ipairs({ "default", "warm" }) do
       assert.is_true(t_all < 60, string.format("the cases took %.1f s", t_all))
     end)
 
-    lazy_teardown(function() S.base = "default" end)
+    lazy_teardown(function()
+      S.base = "default"
+      if remove_copy then
+        paths.zygote, S.zygote = real_zygote, nil
+        remove_copy()
+      end
+    end)
   end)
 end
 
