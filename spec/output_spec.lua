@@ -46,7 +46,8 @@ end
 describe("output", function()
   local snap
   before_each(function() snap = H.snapshot() end)
-  after_each(function() H.assert_clean(snap) end)
+  -- the warm interpreter a case started is let go of first: its socket is not a leak
+  after_each(function() assert(corral.close()) H.assert_clean(snap) end)
 
   for _, p in ipairs(policies()) do
     local name, pol = p[1], p[2]
