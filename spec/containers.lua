@@ -35,10 +35,7 @@ do
     i = i + 2
   end
 end
-local DOCKER, IMAGE, STATE, TREE = args.docker, args.image, args.state, args.tree
-local SHARED = STATE .. "/shared"
-local SOCK = SHARED .. "/corral.sock"
-local CURL = "/usr/bin/curl"
+local DOCKER, IMAGE, TREE = args.docker, args.image, args.tree
 -- the controller's own: a request body over it is refused (--max-body)
 local MAX_BODY = 1048576
 -- a run answers within its timeout plus this (HTTP, the container, a busy machine)
@@ -110,9 +107,9 @@ local function readme_run()
   error("deploy/README.md has no ```sh block starting with `docker run -d --name corral`")
 end
 
--- The README's words for one configuration: --name is ours, the socket's tmpfs becomes a bind
--- mount of a host directory, the image is the one just built; `seccomp = false` drops the
--- seccomp option (Docker's default profile), `runtime` adds --runtime.
+-- The README's words for one configuration: --name is ours, the image is the one just built;
+-- `seccomp = false` drops the seccomp option (Docker's default profile), `runtime` adds
+-- --runtime.
 local function run_words(config, name, cmd)
   local w = readme_run()
   local out = {}
@@ -121,8 +118,6 @@ local function run_words(config, name, cmd)
     local a, b = w[i], w[i + 1]
     if a == "--name" then
       out[#out + 1] = "--name"; out[#out + 1] = name; i = i + 2
-    elseif a == "--tmpfs" and b:match("^/run/corral:") then
-      out[#out + 1] = "-v"; out[#out + 1] = SHARED .. ":/run/corral"; i = i + 2
     elseif a == "--security-opt" and b:match("^seccomp=") then
       if config.seccomp ~= false then
         out[#out + 1] = a; out[#out + 1] = "seccomp=" .. TREE .. "/" .. b:match("^seccomp=(.*)$")
@@ -142,17 +137,42 @@ local function run_words(config, name, cmd)
 end
 
 ---------------------------------------------------------------------------------------------
--- HTTP over the shared socket, with curl.
+-- HTTP over the controller's socket, from inside the container: `docker exec -i NAME python3 -I
+-- -c CLIENT`, the request on its stdin. The socket stays on the container's own tmpfs, as
+-- deploy/README.md mounts it (a bind-mounted host directory is not that: gVisor cannot chmod a
+-- socket made on one). The client prints the body, then a last line "STATUS SECONDS", the
+-- seconds being the request's own, not docker exec's.
+local CLIENT = [[
+import http.client, socket, sys, time
+line = sys.stdin.buffer.readline().split()
+method, path, timeout = line[0].decode(), line[1].decode(), float(line[2])
+body = sys.stdin.buffer.read()
+class Unix(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect('/run/corral/corral.sock')
+t = time.monotonic()
+try:
+    c = Unix('corral', timeout=timeout)
+    c.request(method, path, body=body if body else None,
+              headers={'Content-Type': 'application/json'} if body else {})
+    r = c.getresponse()
+    data = r.read()
+except Exception as e:
+    sys.stdout.write('%s: %s' % (type(e).__name__, e))
+    sys.exit(1)
+sys.stdout.buffer.write(data + b'\n%d %.3f' % (r.status, time.monotonic() - t))
+]]
+-- docker exec itself (a busy machine, gVisor) on top of the request's own timeout
+local EXEC_SLACK = 20
 
-local function curl_args(method, path, body_file, timeout)
-  local a = { "-sS", "--max-time", string.format("%d", math.ceil(timeout)), "--unix-socket", SOCK,
-              "-o", "-", "-w", "\n%{http_code} %{time_total}", "-X", method }
-  if body_file then
-    a[#a + 1] = "-H"; a[#a + 1] = "Content-Type: application/json"
-    a[#a + 1] = "--data-binary"; a[#a + 1] = "@" .. body_file
-  end
-  a[#a + 1] = "http://corral" .. path
-  return a
+local function exec_args(name)
+  return { "exec", "-i", name, "python3", "-I", "-c", CLIENT }
+end
+
+local function request_text(method, path, obj, timeout)
+  return string.format("%s %s %d\n", method, path, math.ceil(timeout)) .. (obj and cjson.encode(obj) or "")
 end
 
 local function parse_answer(out)
@@ -162,49 +182,45 @@ local function parse_answer(out)
   return { status = tonumber(status), time = tonumber(t), body = body, json = okj and obj or nil }
 end
 
-local body_n = 0
-local function body_file(obj)
-  body_n = body_n + 1
-  local p = STATE .. "/body-" .. body_n .. ".json"
-  local f = assert(io.open(p, "wb"))
-  f:write(cjson.encode(obj))
-  f:close()
-  return p
+local function docker_env()
+  return { "PATH=/usr/bin:/bin", "DOCKER_HOST=" .. os.getenv("DOCKER_HOST") }
+end
+
+--- One request to container `name`, started; `done(answer)` is called when it is answered.
+local function http_start(name, method, path, obj, timeout, done)
+  local spawned, err = core.spawn {
+    file = DOCKER, args = exec_args(name), env = docker_env(), stdin = request_text(method, path, obj, timeout),
+    timeout = timeout + EXEC_SLACK, stdout_cap = 64 * 1048576,
+    on_exit = function(raw)
+      done(parse_answer(raw.stdout .. (raw.exit_status ~= 0 and ("\n" .. raw.stderr) or "")))
+    end,
+  }
+  if not spawned then done({ status = 0, error = "cannot start docker exec: " .. tostring(err) }) end
+  return spawned
 end
 
 --- One request, waited for.
-local function http(method, path, obj, timeout)
-  local file = obj and body_file(obj)
-  local parts = { q(CURL) }
-  for _, a in ipairs(curl_args(method, path, file, timeout or 30)) do parts[#parts + 1] = q(a) end
-  local out = sh(table.concat(parts, " "))
-  if file then os.remove(file) end
-  return parse_answer(out)
+local function http(name, method, path, obj, timeout)
+  local answer
+  http_start(name, method, path, obj, timeout or 30, function(a) answer = a end)
+  while not answer do core.run("once") end
+  return answer
 end
 
---- Requests `list` ({path, body, timeout, done = function(answer)}), `CONCURRENCY` at a time.
-local function http_many(list)
+--- Requests `list` ({path, body, timeout, done = function(answer)}) to container `name`,
+--- `CONCURRENCY` at a time.
+local function http_many(name, list)
   local running, next_i = 0, 1
   local function start_more()
     while running < CONCURRENCY and next_i <= #list do
       local r = list[next_i]
       next_i = next_i + 1
-      local file = body_file(r.body)
       running = running + 1
-      local spawned, err = core.spawn {
-        file = CURL, args = curl_args("POST", r.path, file, r.timeout), env = { "PATH=/usr/bin:/bin" },
-        timeout = r.timeout + 5, stdout_cap = 64 * 1048576,
-        on_exit = function(raw)
-          os.remove(file)
-          running = running - 1
-          r.done(parse_answer(raw.stdout .. (raw.exit_status ~= 0 and raw.stderr or "")))
-          start_more()
-        end,
-      }
-      if not spawned then
+      if not http_start(name, "POST", r.path, r.body, r.timeout, function(a)
         running = running - 1
-        r.done({ status = 0, error = "cannot start curl: " .. tostring(err) })
-      end
+        r.done(a)
+        start_more()
+      end) then break end
     end
   end
   start_more()
@@ -239,12 +255,11 @@ end
 local function start(config, policy_name, cmd)
   local name = "corral-" .. config.name .. "-" .. policy_name
   remove(name)
-  os.remove(SOCK)
   local out, okay = docker("run", table.unpack(run_words(config, name, cmd)))
   if not okay then return nil, "docker run failed: " .. out end
   started[name] = true
   local up = wait_for(function()
-    local a = http("GET", "/healthz", nil, 3)
+    local a = http(name, "GET", "/healthz", nil, 3)
     return a.status == 200
   end, 30)
   if not up then
@@ -327,22 +342,35 @@ local function check_lifecycle(where, name)
   check(healthy, "%s: the image's HEALTHCHECK turns healthy (%s)", where, tostring(inspect(name, "{{.State.Health.Status}}")))
   local pids = container_pids(name)
   local answer, stopped
-  local file = body_file({ code = "import time\nprint('running', flush=True)\ntime.sleep(2)\nprint('drained')", timeout = 10 })
+  local code = "import time\nprint('running', flush=True)\ntime.sleep(4)\nprint('drained')"
+  http_start(name, "POST", "/v1/run", { code = code, timeout = 20 }, 40, function(a) answer = a end)
+  -- the stop comes once the run is under way: the controller has a child (its sandbox)
+  local ctl = controller_pid(name)
+  wait_for(function()
+    local out = docker("exec", name, "python3", "-I", "-c", string.format([[
+import os
+for p in os.listdir('/proc'):
+    try:
+        if p.isdigit() and open('/proc/%%s/stat' %% p).read().rsplit(')', 1)[1].split()[1] == '%d':
+            print('child')
+    except OSError:
+        pass
+]], ctl or 0))
+    return out:find("child") ~= nil
+  end, 20)
   assert(core.spawn {
-    file = CURL, args = curl_args("POST", "/v1/run", file, 30), env = { "PATH=/usr/bin:/bin" }, timeout = 40,
-    on_exit = function(raw) answer = parse_answer(raw.stdout) end,
-  })
-  -- the run has started when the stop comes: a second later, well inside its two seconds
-  assert(core.spawn {
-    file = "/bin/sh", args = { "-c", "sleep 1; exec \"$0\" stop -t 30 \"$1\"", DOCKER, name },
-    env = { "PATH=/usr/bin:/bin", "DOCKER_HOST=" .. os.getenv("DOCKER_HOST") }, timeout = 60,
+    file = DOCKER, args = { "stop", "-t", "30", name }, env = docker_env(), timeout = 60,
     on_exit = function(raw) stopped = raw end,
   })
   while not (answer and stopped) do core.run("once") end
-  os.remove(file)
-  check(answer.status == 200 and answer.json and answer.json.stdout == "running\ndrained\n",
-    "%s: docker stop lets the run in progress finish and answer (HTTP %s %s)", where, tostring(answer.status),
-    tostring(answer.body or answer.error):sub(1, 200))
+  local logs = docker("logs", name)
+  -- the exec'd client lives in the container, which ends right after the controller answered
+  -- and exited: its answer may be cut; the controller's request log says what it sent
+  local logged = logs:match("POST /v1/run 200 ") ~= nil
+  check((answer.status == 200 and answer.json and answer.json.stdout == "running\ndrained\n")
+      or (answer.status == 0 and logged),
+    "%s: docker stop lets the run in progress finish and answer (HTTP %s %s; controller log %s)", where,
+    tostring(answer.status), tostring(answer.body or answer.error):sub(1, 200), logged and "POST /v1/run 200" or "no 200")
   check(stopped.exit_status == 0 and inspect(name, "{{.State.ExitCode}}") == "0",
     "%s: docker stop drains and the container exits 0 (docker stop %d, exit code %s; log: %s)", where,
     stopped.exit_status, tostring(inspect(name, "{{.State.ExitCode}}")), (docker("logs", "--tail", "3", name)):gsub("\n", " | "))
@@ -547,7 +575,7 @@ local function run_cases(where, name, policy_name, ctx_base, limits_seen)
       }
     end
   end
-  http_many(list)
+  http_many(name, list)
   return #skipped, skipped
 end
 
@@ -576,7 +604,7 @@ for _, config in ipairs(CONFIGS) do
         all_ran = false
         goto next_policy
       end
-      local a = http("POST", "/v1/run", { code = "print(6 * 7)" }, 60)
+      local a = http(name, "POST", "/v1/run", { code = "print(6 * 7)" }, 60)
       if not check(a.status == 200 and a.json and a.json.stdout == "42\n",
           "%s: POST /v1/run prints 42%s", where, a.status == 200 and "" or (": HTTP " .. tostring(a.status) .. " " .. tostring(a.body or a.error):sub(1, 400))) then
         all_ran = false

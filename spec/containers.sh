@@ -7,8 +7,8 @@
 # $CACHE, keyed by the mirror and the Dockerfile's package lists), then `docker build` of
 # deploy/Dockerfile on that base. spec/containers.lua then starts the image as deploy/README.md
 # says, in each configuration (the shipped seccomp profile, Docker's default profile, gVisor)
-# and under each policy, and drives it over the unix socket (a host directory bind-mounted at
-# /run/corral). TAP-like `ok`/`not ok` lines, then "K skipped" and "N passed, M failed".
+# and under each policy, and drives it over its unix socket from inside (`docker exec` of a
+# small python3 client: the socket stays on the container's own tmpfs). TAP-like `ok`/`not ok` lines, then "K skipped" and "N passed, M failed".
 #
 # Needs root (dockerd, debootstrap, mounts); as root it installs its Debian packages. Without
 # root, or where no Docker daemon can run, it says why and counts itself skipped. Everything it
@@ -70,8 +70,8 @@ mkdir -p "$CACHE" || skip_all "cannot make $CACHE"
 exec 9>"$CACHE/.lock"
 flock 9
 
-# Everything of this run: the daemon's exec root, socket, pid file and log, the build context,
-# the directory shared with the containers. Short, for the unix sockets below it.
+# Everything of this run: the daemon's exec root, socket, pid file and log, the build context.
+# Short, for the unix sockets below it.
 STATE=$(mktemp -d /tmp/corral-ctr.XXXXXX) || exit 1
 chmod 0755 "$STATE"
 DATA_ROOT=$CACHE/docker
@@ -111,14 +111,13 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # ---- the daemon ------------------------------------------------------------------------------
-# runsc: no network stack of its own (--network none containers only); --host-uds=create so a
-# unix socket the controller makes in the bind-mounted /run/corral is one the host can connect to
+# runsc: no network stack of its own (--network none containers only)
 cat > "$STATE/daemon.json" <<EOF
 {
   "runtimes": {
     "runsc": {
       "path": "/usr/bin/runsc",
-      "runtimeArgs": ["--network=none", "--host-uds=create", "--root=$STATE/runsc"]
+      "runtimeArgs": ["--network=none", "--root=$STATE/runsc"]
     }
   }
 }
@@ -215,8 +214,6 @@ fi
 
 # ---- the containers --------------------------------------------------------------------------
 if [ -n "$built" ]; then
-  # the socket's directory, as the image makes /run/corral: the controller's uid, no one else
-  install -d -o 10001 -g 10001 -m 0750 "$STATE/shared"
   "$LUA" spec/containers.lua --image "$IMAGE" --state "$STATE" --docker "$DOCKER" --tree "$TREE" \
     > "$STATE/containers.tap" 2>&1
   status=$?
