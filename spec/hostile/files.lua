@@ -120,6 +120,8 @@ for what, f in (("write", lambda: open(main, "a").write("x")),
 ]],
     opts = { timeout = 2 },
     expect = { reason = "exit", returncode = 0, stdout = { "refused write", "refused unlink", "refused create" }, stdout_not = "DONE" },
+    -- the code dir is bound back read-only over the run's private /tmp (chmod is no write)
+    needs = { "private-tmp" },
   },
   {
     name = "from a nested user namespace the private mounts cannot be removed or made writable",
