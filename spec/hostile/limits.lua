@@ -138,7 +138,7 @@ def take(i):
     except OSError:
         pass
 hold(take)
-]], { file_mb = 4 }),
+]], { file_mb = 4 }, { "seccomp" }),
   held_case("unix socketpair buffers", [[
 import socket, struct
 # 16 children, each filling up to 28 socketpairs (both ways) and reporting the bytes it sent
