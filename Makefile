@@ -149,19 +149,19 @@ test: deps-test
 	@$(MAKE) --no-print-directory all
 	@sh spec/run.sh
 
-# corral in real containers (spec/containers.sh, deploy/README.md "The container test"): a Docker
-# daemon of its own (docker.io, runsc, debootstrap: installed when missing), an image built from
-# deploy/Dockerfile on a base made by debootstrap, then deploy/README.md's `docker run` with the
-# shipped seccomp profile, Docker's default profile and gVisor, under default, warm and bwrap.
-# Root only (otherwise it says what it needs and counts itself skipped). Cold (debootstrap and
-# the image) about 12 minutes on the 2-CPU development VM, warm (cached in
-# /var/cache/corral-containers) about 5.
 # The edit-test loop: luacheck and the specs tagged #fast (no run of a sandboxed program but the
 # few that check an option is refused before anything starts), well under a minute.
 check: all
 	@luacheck --no-color -q lua bin/corral policies examples spec bench fuzz
 	@$(LUA) /usr/bin/busted --tags=fast spec
 
+# corral in real containers (spec/containers.sh, deploy/README.md "The container test"): a Docker
+# daemon of its own (docker.io, runsc, debootstrap: installed when missing), an image built from
+# deploy/Dockerfile on a base made by debootstrap, then deploy/README.md's `docker run` with the
+# shipped seccomp profile, Docker's default profile and gVisor, under default, warm and bwrap.
+# Root only (otherwise it says what it needs and counts itself skipped). Warm (base and image
+# cached in /var/cache/corral-containers): 11 min 8 s on the 2-CPU development VM under a load
+# average of 8 to 9; cold adds debootstrap and the image build.
 test-containers: all
 	@sh spec/containers.sh
 
