@@ -458,8 +458,11 @@ local DEFAULT_OPTIONS = { timeout = 5, cpu_seconds = 3, memory_mb = 256, file_mb
 
 -- Holes the matrix finds that corral or the configuration has, run by nothing: {configuration,
 -- policy, case name, why}; printed as `ok - ... # SKIP known: why` and listed in deploy/README.md.
--- `policy` "*" is every policy of that configuration.
+-- `policy` "*" is every policy of that configuration; case "*" is the configuration and policy
+-- as a whole, not started.
 local KNOWN = {
+  { "gvisor", "warm", "*",
+    "under gVisor the warm policy's first run is not answered within 60 s (the controller logs nothing after /healthz)" },
   { "gvisor", "*", "the run's own /proc shows neither the controller's pid, the install path, the lock dir nor the plan",
     "no private /proc under gVisor: /proc/1 is the container's tini, whose command line names /run/corral" },
   { "gvisor", "*", "host secrets stay unreadable: /etc/shadow, /root, the kernel's memory",
@@ -687,6 +690,10 @@ for _, config in ipairs(CONFIGS) do
   for _, policy_name in ipairs(POLICIES) do
     local where = config.name .. "/" .. policy_name
     if ONLY and not where:find(ONLY) then goto next_policy end
+    if known_hole(where, "*") then
+      skip("%s # SKIP known: %s", where, known_hole(where, "*"))
+      goto next_policy
+    end
     do
       local cmd = policy_name ~= "default" and { "serve", "--listen", "unix:/run/corral/corral.sock", "--policy", policy_name } or nil
       local name, err = start(config, policy_name, cmd)
@@ -741,7 +748,8 @@ local function write_table()
   lines[#lines + 1] = "Known holes (spec/containers.lua's `KNOWN`: skipped, each with its reason):"
   lines[#lines + 1] = ""
   for _, k in ipairs(KNOWN) do
-    lines[#lines + 1] = string.format("- %s, %s: %s — %s.", k[1], k[2] == "*" and "every policy" or k[2], k[3], k[4])
+    lines[#lines + 1] = string.format("- %s, %s: %s — %s.", k[1], k[2] == "*" and "every policy" or k[2],
+      k[3] == "*" and "not run" or k[3], k[4])
   end
   lines[#lines + 1] = ""
   lines[#lines + 1] = END
