@@ -997,6 +997,21 @@ describe("deploy/k8s/seccomp-corral.json", function()
     end
   end)
 
+  it("starts no program of a launch started ahead before its run came, where the PID namespace is refused", function()
+    -- without the namespace the launcher itself must wait for the run's byte: the program
+    -- started at once would run before its code is in place
+    local marker = os.tmpname()
+    os.remove(marker)
+    local out = under("default", PY .. " spec/prestart_peer.py csrc/corral-launch " .. q(marker))
+    os.remove(marker)
+    if not out:find("pid-namespace refused: True", 1, true) then
+      pending("the PID namespace is not refused here: " .. out)
+      return
+    end
+    assert.is_truthy(out:find("before the byte: False", 1, true), out)
+    assert.is_truthy(out:find("after the byte: True", 1, true), out)
+  end)
+
   it("runs a program with every namespace under the profile, and degraded but contained under the runtime default", function()
     local base = cjson.decode((sh(H.cli .. " probe --json")))
     if not (base.caps["user-namespace"].ok or base.root) then

@@ -359,6 +359,31 @@ setup_failed:
 
 /* ---- no PID namespace: a subreaper ---- */
 
+/* prestart_wait() for the launcher itself, which must also hear a stop: 0 when the byte came;
+ * -1 on EOF, an error or a stop signal (the program never starts). */
+static int subreaper_prestart_wait(struct launch *L)
+{
+	struct pollfd fds[2] = {
+		{ L->plan->report_fd, POLLIN, 0 },
+		{ L->sigfd, POLLIN, 0 },
+	};
+
+	if (!L->plan->prestart)
+		return 0;
+	report_flush();
+	for (;;) {
+		if (poll(fds, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if ((fds[1].revents & POLLIN) && drain_signals(L->sigfd))
+			return -1;
+		if (fds[0].revents)
+			return prestart_wait(L);
+	}
+}
+
 /* A stop: FLUSH_SIGNAL to the program (the prelude's handler writes out what the program buffered,
  * then dies), and at most FLUSH_MS for it to end, before the sweep kills the tree. Only the
  * program: without a namespace there is no atomic way to signal the tree, and the sweep must freeze
@@ -391,7 +416,9 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 		report_applied("subreaper");
 	else
 		report_refused("subreaper", errno, explain(W_SUBREAPER, errno));
-	if (prog_start(L, &c) != 0) {
+	/* a launch started ahead whose PID namespace the kernel refused: the launcher waits for its
+	 * run itself, as the init would have (the code is not in place before the byte) */
+	if (subreaper_prestart_wait(L) != 0 || prog_start(L, &c) != 0) {
 		out->kind = OUTCOME_EXIT;
 		out->value = EXIT_SETUP;
 		return;
