@@ -352,6 +352,11 @@ local reason_cases = {
   { "printing [Errno 27] File too large and exiting 1 is not file-size", "exit",
     "import sys\nprint(\"OSError: [Errno 27] File too large: 'big'\", file=sys.stderr)\nsys.exit(1)",
     { file_mb = 1 } },
+  -- the code bound back into a scratch mount is not a file the run wrote, however big
+  { "a code file over file_mb, then exit 1 after printing [Errno 27], is not file-size", "exit",
+    "import sys\n#" .. string.rep("x", 1100000) .. "\n"
+      .. "print(\"OSError: [Errno 27] File too large: 'big'\", file=sys.stderr)\nsys.exit(1)",
+    { file_mb = 1 } },
   { "SIGXFSZ sent to itself is signal, not file-size", "signal",
     "import os, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_DFL)\nos.kill(os.getpid(), signal.SIGXFSZ)",
     { file_mb = 1 } },

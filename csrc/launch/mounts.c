@@ -342,8 +342,9 @@ int mounts_apply(const struct launch *L)
 #define SCAN_DEPTH 4            /* directories below each top */
 
 /* The largest regular file under the directory dfd, depth levels down; *left counts the entries
- * still allowed. Links are not followed: only the run's own files count. */
-static void largest_in(int dfd, int depth, size_t *left, unsigned long long *max)
+ * still allowed. Links are not followed, and other filesystems (bind mounts: the code, a source
+ * tree) are not entered: only the run's own files count. */
+static void largest_in(int dfd, dev_t dev, int depth, size_t *left, unsigned long long *max)
 {
 	char buf[2048];
 
@@ -364,8 +365,8 @@ static void largest_in(int dfd, int depth, size_t *left, unsigned long long *max
 			if (*left == 0)
 				return;
 			(*left)--;
-			if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-				continue;
+			if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != dev)
+				continue;       /* another filesystem: a bind mount (the code, a tree) */
 			if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size > *max)
 				*max = (unsigned long long)st.st_size;
 			if (!S_ISDIR(st.st_mode) || depth == 0)
@@ -373,7 +374,7 @@ static void largest_in(int dfd, int depth, size_t *left, unsigned long long *max
 			sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (sub < 0)
 				continue;
-			largest_in(sub, depth - 1, left, max);
+			largest_in(sub, dev, depth - 1, left, max);
 			close(sub);
 		}
 	}
@@ -382,10 +383,12 @@ static void largest_in(int dfd, int depth, size_t *left, unsigned long long *max
 static void largest_at(const char *path, size_t *left, unsigned long long *max)
 {
 	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct stat st;
 
 	if (dfd < 0)
 		return;
-	largest_in(dfd, SCAN_DEPTH, left, max);
+	if (fstat(dfd, &st) == 0)
+		largest_in(dfd, st.st_dev, SCAN_DEPTH, left, max);
 	close(dfd);
 }
 
