@@ -337,7 +337,7 @@ void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace *
 /* The signal the prelude (lua/corral/prelude.lua) flushes the program's output on, and how long
  * a stopped run's program gets to do it before it is killed. */
 #define FLUSH_SIGNAL 63
-#define FLUSH_MS 100
+#define FLUSH_MS 50
 void init_flush(struct prog *c);
 void flush_status(struct prog *c);
 /* The init once the program is started: the program's pipe, the wait, the end in the report; the

@@ -96,7 +96,7 @@ static const char help_text[] =
 	"  --flush-signal        before a stop (SIGTERM, SIGINT, SIGHUP) kills the\n"
 	"                        run, and when the program ends with processes left,\n"
 	"                        signal 63 to them (to the program only without\n"
-	"                        --pidns), and 100 ms to end: corral's prelude\n"
+	"                        --pidns), and 50 ms to end: corral's prelude\n"
 	"                        flushes its output on it\n"
 	"  --seccomp-cache DIR   keep the built filter in DIR (owned by us, mode\n"
 	"                        0700) and load it from there when the same filter\n"
