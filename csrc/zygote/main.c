@@ -42,6 +42,8 @@ static const char help_text[] =
 	"  --python PATH         the interpreter runs ask for, sys.executable\n"
 	"                        (default /usr/bin/python3)\n"
 	"  --preload MOD,...     modules imported once, before any run\n"
+	"  --command TEXT        a `-c TEXT` of the runs (corral's prelude), compiled\n"
+	"                        once: runs with that command do not compile it\n"
 	"  --env NAME=VALUE      repeatable: the environment Python starts in (its\n"
 	"                        locale: runs must have the same LC_ALL, LC_CTYPE, LANG)\n"
 	"  --help                this text\n";
@@ -149,6 +151,10 @@ static int parse_args(int argc, char **argv, char *err, size_t len)
 			if (seen_preload++)
 				goto twice;
 			z.preload = v;
+		} else if (IS("--command")) {
+			if (z.command)
+				goto twice;
+			z.command = v;
 		} else if (IS("--env")) {
 			if (!strchr(v, '=') || v[0] == '=') {
 				snprintf(err, len, "--env: '%.64s' is not NAME=VALUE", v);

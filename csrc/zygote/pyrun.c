@@ -256,7 +256,10 @@ static void run_command(const char *command, struct result *res)
 		goto undecodable;
 	cf.cf_flags |= PyCF_IGNORE_COOKIE;
 	d = py.main_dict;
-	v = PyRun_StringFlags(PyBytes_AsString(bytes), Py_file_input, d, d, &cf);
+	if (py.command_code && strcmp(command, py.command) == 0)
+		v = PyEval_EvalCode(py.command_code, d, d);     /* compiled in the zygote */
+	else
+		v = PyRun_StringFlags(PyBytes_AsString(bytes), Py_file_input, d, d, &cf);
 	Py_DECREF(bytes);
 	if (v)
 		Py_DECREF(v);

@@ -372,6 +372,17 @@ int py_start(const struct zygote *z, struct strv *lines, char *err, size_t errle
 	if (!warm)
 		return fail(err, errlen, "compile");
 	Py_DECREF(warm);
+	/* --command: what run_command() would compile for each run, once (the code object is
+	 * immutable; a run only counts references to it) */
+	if (z->command) {
+		PyCompilerFlags cf = _PyCompilerFlags_INIT;
+
+		cf.cf_flags |= PyCF_IGNORE_COOKIE;
+		py.command_code = Py_CompileStringExFlags(z->command, "<string>", Py_file_input, &cf, -1);
+		if (!py.command_code)
+			return fail(err, errlen, "--command");
+		py.command = z->command;
+	}
 	if (prepare_run_state(z) != 0)
 		return fail(err, errlen, "the run state");
 	if (freeze() != 0)

@@ -71,6 +71,8 @@ struct py_state {
 	PyObject *exitfuncs;            /* atexit._run_exitfuncs */
 	PyObject *thread_count;         /* _thread._count */
 	PyObject *get_objects;          /* gc.get_objects */
+	const char *command;            /* --command's text ... */
+	PyObject *command_code;         /* ... compiled as run_command() would */
 	int standard_hooks;             /* sys.path_hooks: zipimport's and FileFinder's alone */
 	/* In the program: the objects of the run's streams, which finalizing writes nothing to
 	 * (py_end() flushes them) */

@@ -65,6 +65,7 @@ struct zygote {
 	struct ns_shared ns;    /* the namespaces made once */
 	const char *python;     /* --python: the interpreter runs ask for (sys.executable) */
 	const char *preload;    /* --preload: module names, comma-separated, or NULL */
+	const char *command;    /* --command: a -c COMMAND compiled once, or NULL */
 	char **env;             /* --env, NULL-terminated: the environment Python starts in */
 	size_t nenv;
 	int spawner;            /* the socket to the spawner */

@@ -25,7 +25,7 @@ M.FLUSH_SIGNAL = 63
 
 M.source = ([[
 def _corral_run():
-    import os, signal, sys
+    import _signal as signal, os, sys  # _signal: the signal module would import enum
     import atexit
     argv, orig = sys.argv, sys.orig_argv
     del argv[0]
