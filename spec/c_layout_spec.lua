@@ -9,12 +9,7 @@ local function cflags(pkgs)
   return (out:gsub("%-I", "-isystem "):gsub("\n", " "))
 end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = H.read
 
 local function protocol_words()
   local words = {}

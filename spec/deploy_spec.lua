@@ -21,12 +21,7 @@ local function q(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = H.read
 
 local function exists(path)
   return sh("test -e " .. q(path) .. " && echo yes") == "yes"

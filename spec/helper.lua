@@ -10,6 +10,14 @@ H.python = "/usr/bin/python3"
 H.root = (core.geteuid() == 0)
 
 --- Run a shell command, return its stdout (trimmed) and exit status.
+--- A whole file's bytes (raises when it cannot be read).
+function H.read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
 function H.sh(cmd)
   local f = io.popen("(" .. cmd .. ") 2>&1")
   local out = f:read("a")

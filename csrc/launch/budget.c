@@ -258,11 +258,9 @@ struct pstat {
 	unsigned long long rss;         /* pages */
 };
 
-/* /proc/PID/stat: "pid (comm) S ppid ..." (comm may hold spaces and parens): 0, or -1 when the
- * process is gone. Fields are numbered from 1; negative values count as 0. */
 /* The start of /proc/PID/NAME, NUL-terminated, in buf: one read (these files are generated
  * whole on the first read). 0, or -1 when it cannot be read (the process is gone). */
-static int read_proc(pid_t pid, const char *name, char *buf, size_t len)
+int read_proc(pid_t pid, const char *name, char *buf, size_t len)
 {
 	char path[48];
 	ssize_t n;
@@ -282,6 +280,8 @@ static int read_proc(pid_t pid, const char *name, char *buf, size_t len)
 	return 0;
 }
 
+/* /proc/PID/stat: "pid (comm) S ppid ..." (comm may hold spaces and parens): 0, or -1 when the
+ * process is gone. Fields are numbered from 1; negative values count as 0. */
 static int read_stat(pid_t pid, struct pstat *s)
 {
 	char buf[1024];

@@ -339,6 +339,8 @@ void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace *
 #define FLUSH_SIGNAL 63
 #define FLUSH_MS 50
 void init_flush(struct prog *c);
+/* budget.c: the start of /proc/PID/NAME in buf, NUL-terminated; 0, or -1 (gone) */
+int read_proc(pid_t pid, const char *name, char *buf, size_t len);
 void flush_status(struct prog *c);
 /* The init once the program is started: the program's pipe, the wait, the end in the report; the
  * program's outcome in o. */

@@ -78,27 +78,6 @@ void prog_finish(struct prog *c, struct outcome *out)
 	}
 }
 
-/* The start of /proc/PID/NAME in buf, NUL-terminated: 0, or -1 when it cannot be read. */
-static int read_proc_file(pid_t pid, const char *name, char *buf, size_t len)
-{
-	char path[48];
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	do
-		n = read(fd, buf, len - 1);
-	while (n < 0 && errno == EINTR);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	return 0;
-}
-
 /* Adds to ru what the program would add to getrusage(RUSAGE_CHILDREN) once reaped: its CPU times
  * with those of the children it reaped (fields 14-17 of /proc/PID/stat, in clock ticks) and its
  * peak resident set (VmHWM of /proc/PID/status). Nothing when it cannot be read. */
@@ -110,7 +89,7 @@ static void add_prog_usage(pid_t pid, struct rusage *ru)
 	const char *p;
 	int field = 3;
 
-	if (pid <= 0 || tck <= 0 || read_proc_file(pid, "stat", buf, sizeof buf) != 0)
+	if (pid <= 0 || tck <= 0 || read_proc(pid, "stat", buf, sizeof buf) != 0)
 		return;
 	p = strrchr(buf, ')');          /* comm may hold spaces and parens */
 	if (!p || p[1] != ' ' || !p[2])
@@ -135,7 +114,7 @@ static void add_prog_usage(pid_t pid, struct rusage *ru)
 	ru->ru_utime.tv_usec += (suseconds_t)(user_us % 1000000ULL);
 	ru->ru_stime.tv_sec += (time_t)(sys_us / 1000000ULL);
 	ru->ru_stime.tv_usec += (suseconds_t)(sys_us % 1000000ULL);
-	if (read_proc_file(pid, "status", buf, sizeof buf) == 0 &&
+	if (read_proc(pid, "status", buf, sizeof buf) == 0 &&
 	    (p = strstr(buf, "\nVmHWM:")) != NULL) {
 		long kb = strtol(p + 7, NULL, 10);
 
