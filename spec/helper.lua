@@ -51,16 +51,40 @@ end
 -- sandboxed interpreter's argv, forks included: /tmp/corral-XXXXXX/code/... (or under /dev/shm),
 -- or /home/code.py
 -- under bwrap), any launcher, and (as root) anything owned by a run uid. Found by a scan of every
--- process, not only our descendants: a setsid escapee is re-parented away from us.
+-- process, not only our descendants: a setsid escapee is re-parented away from us. Left out: the
+-- processes of another Lua process's runs (a second test session on the machine), those whose
+-- parents lead to another lua5.4 before pid 1 and never to us; an escapee's lead to pid 1 (or a
+-- subreaper) without one.
 function H.stray_processes()
   -- zombies are left out: dead, holding nothing but a pid, and on a machine whose pid 1 does not
   -- reap (a container's), an escapee killed after its run stays one for good
-  local f = io.popen("ps -e -o pid=,uid=,stat=,args=")
-  local strays = {}
+  local f = io.popen("ps -e -o pid=,ppid=,uid=,stat=,args=")
+  local procs, parent, is_lua = {}, {}, {}
   for line in f:lines() do
-    local pid, uid, stat, args = line:match("^%s*(%d+)%s+(%d+)%s+(%S+)%s+(.*)$")
-    pid, uid = tonumber(pid), tonumber(uid)
-    if pid and pid ~= core.getpid() and not stat:match("^Z") and not args:match("^ps ")
+    local pid, ppid, uid, stat, args = line:match("^%s*(%d+)%s+(%d+)%s+(%d+)%s+(%S+)%s+(.*)$")
+    if pid then
+      pid = tonumber(pid)
+      parent[pid] = tonumber(ppid)
+      is_lua[pid] = args:match("^lua5%.4 ") ~= nil or args:match("^/usr/bin/lua5%.4 ") ~= nil
+      procs[#procs + 1] = { pid = pid, uid = tonumber(uid), stat = stat, args = args }
+    end
+  end
+  f:close()
+  local me = core.getpid()
+  local function foreign(pid)
+    local other, seen = false, 0
+    pid = parent[pid]
+    while pid and pid > 1 and seen < 64 do
+      if pid == me then return false end
+      if is_lua[pid] then other = true end
+      pid, seen = parent[pid], seen + 1
+    end
+    return other
+  end
+  local strays = {}
+  for _, p in ipairs(procs) do
+    local pid, uid, stat, args = p.pid, p.uid, p.stat, p.args
+    if pid ~= me and not stat:match("^Z") and not args:match("^ps ")
       and not args:match("^sh %-c") then
       local run_uid = uid >= 60000 and uid <= 60999
       -- (a launch started ahead of a run, --prestart, holds a run directory but no run: a
@@ -70,14 +94,13 @@ function H.stray_processes()
         and (args:find("/corral%-%w%w%w%w%w%w/code/") or args:find("/home/code.py", 1, true))
       -- launchers of this process (another corral on the machine is not ours to judge); not the
       -- holder of its shared network namespace (--hold-net), which lives as long as the process
-      local launcher = args:find("corral-launch ", 1, true) and args:find("--parent-pid " .. core.getpid() .. " ", 1, true)
+      local launcher = args:find("corral-launch ", 1, true) and args:find("--parent-pid " .. me .. " ", 1, true)
         and not args:find("--hold-net", 1, true) and not prestarted
-      if run_uid or runs_code or launcher then
+      if (run_uid or runs_code or launcher) and not foreign(pid) then
         strays[#strays + 1] = { pid = pid, uid = uid, comm = args:sub(1, 60) }
       end
     end
   end
-  f:close()
   return strays
 end
 
@@ -120,10 +143,22 @@ function H.assert_clean(snap)
     if not snap.fds[fd] then new[#new + 1] = fd .. " -> " .. tostring(core.readlink("/proc/self/fd/" .. fd)) end
   end
   assert.are.equal("", table.concat(new, ", "), "fds leaked in the host")
-  -- new ones only: a stale one from before may be swept meanwhile (by a controller's first run)
+  -- new ones only: a stale one from before may be swept meanwhile (by a controller's first run);
+  -- not one another live controller holds the lock of (a second test session's run)
+  local holder = {}
+  local lf = io.open("/proc/locks", "r")
+  for line in (lf and lf:read("a") or ""):gmatch("[^\n]+") do
+    local pid, ino = line:match("FLOCK%s+%S+%s+%S+%s+(%d+)%s+%x+:%x+:(%d+)")
+    if pid then holder[tonumber(ino)] = tonumber(pid) end
+  end
+  if lf then lf:close() end
   local left = {}
   for _, d in ipairs(H.temp_dirs()) do
-    if not snap.dirs[d] then left[#left + 1] = d end
+    local st = core.lstat(d)
+    local by = st and holder[st.ino]
+    if not snap.dirs[d] and not (by and by ~= core.getpid() and core.kill(by, 0)) then
+      left[#left + 1] = d
+    end
   end
   assert.are.equal("", table.concat(left, " "), "temp dirs left behind")
 end
