@@ -157,6 +157,12 @@ size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out, int *v
 int corral_utf8_repair(lua_State *L);
 long json_raw_control(const unsigned char *s, size_t n);
 int corral_json_raw_control(lua_State *L);
+/* Base64, standard alphabet, padded: out needs (n + 2) / 3 * 4 bytes; b64_decode's out n / 4 * 3,
+ * and it returns the length or -1 - the offset of the first wrong byte (strict: RFC 4648). */
+size_t b64_encode(const unsigned char *in, size_t n, char *out);
+long b64_decode(const unsigned char *s, size_t n, unsigned char *out);
+int corral_b64encode(lua_State *L);
+int corral_b64decode(lua_State *L);
 
 /* ---- lock.c ---- */
 int corral_lock(lua_State *L);

@@ -1,5 +1,6 @@
 /*
- * corral.core: utf8_repair, and json_raw_control (a check of JSON text lua-cjson does not make).
+ * corral.core: utf8_repair, json_raw_control (a check of JSON text lua-cjson does not make), and
+ * base64 (b64encode, b64decode: the bytes of files over JSON).
  *
  * utf8_repair() is a pure function (no Lua, no allocation) so that a fuzz harness can build this
  * file alone: cc -DCORRAL_UTF8_NO_LUA -c utf8.c. It gives the same bytes as Python's
@@ -15,6 +16,8 @@
 #ifdef CORRAL_UTF8_NO_LUA
 size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out, int *valid);
 long json_raw_control(const unsigned char *s, size_t n);
+size_t b64_encode(const unsigned char *in, size_t n, char *out);
+long b64_decode(const unsigned char *s, size_t n, unsigned char *out);
 #else
 #include "core.h"
 #endif
@@ -127,5 +130,94 @@ int corral_json_raw_control(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)at + 1);
   lua_pushinteger(L, s[at]);
   return 2;
+}
+#endif
+
+/* Base64 (RFC 4648, standard alphabet, padded): the bytes of files over JSON. */
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t b64_encode(const unsigned char *in, size_t n, char *out) {
+  size_t i, o = 0;
+  for (i = 0; i + 2 < n; i += 3) {
+    unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8 | in[i + 2];
+    out[o++] = b64_alphabet[v >> 18];
+    out[o++] = b64_alphabet[(v >> 12) & 63];
+    out[o++] = b64_alphabet[(v >> 6) & 63];
+    out[o++] = b64_alphabet[v & 63];
+  }
+  if (i < n) {
+    unsigned v = (unsigned)in[i] << 16 | (i + 1 < n ? (unsigned)in[i + 1] << 8 : 0);
+    out[o++] = b64_alphabet[v >> 18];
+    out[o++] = b64_alphabet[(v >> 12) & 63];
+    out[o++] = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
+    out[o++] = '=';
+  }
+  return o;
+}
+
+static int b64_value(unsigned char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+/* Decodes s[0..n) into out (room for n / 4 * 3 bytes): the length, or -1 - the offset of the
+ * first byte that is wrong (a length not a multiple of 4, a byte outside the alphabet, padding
+ * anywhere but at the end, or bits set under the padding). */
+long b64_decode(const unsigned char *s, size_t n, unsigned char *out) {
+  size_t i, o = 0;
+  if (n % 4) return -1 - (long)(n - n % 4);
+  for (i = 0; i < n; i += 4) {
+    int a = b64_value(s[i]), b = b64_value(s[i + 1]), c, d;
+    int last = i + 4 == n;
+    if (a < 0) return -1 - (long)i;
+    if (b < 0) return -1 - (long)(i + 1);
+    c = last && s[i + 2] == '=' && s[i + 3] == '=' ? -2 : b64_value(s[i + 2]);
+    d = last && s[i + 3] == '=' && c != -1 ? -2 : b64_value(s[i + 3]);
+    if (c == -1) return -1 - (long)(i + 2);
+    if (d == -1) return -1 - (long)(i + 3);
+    out[o++] = (unsigned char)(a << 2 | b >> 4);
+    if (c == -2) {
+      if (b & 15) return -1 - (long)(i + 1);
+      break;
+    }
+    out[o++] = (unsigned char)((b & 15) << 4 | c >> 2);
+    if (d == -2) {
+      if (c & 3) return -1 - (long)(i + 2);
+      break;
+    }
+    out[o++] = (unsigned char)((c & 3) << 6 | d);
+  }
+  return (long)o;
+}
+
+#ifndef CORRAL_UTF8_NO_LUA
+/* core.b64encode(s) -> text */
+int corral_b64encode(lua_State *L) {
+  size_t n;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  luaL_Buffer b;
+  size_t m = (n + 2) / 3 * 4;
+  luaL_pushresultsize(&b, b64_encode(s, n, luaL_buffinitsize(L, &b, m ? m : 1)));
+  return 1;
+}
+
+/* core.b64decode(text) -> bytes | nil, offset (1-based) of the first wrong byte */
+int corral_b64decode(lua_State *L) {
+  size_t n;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  luaL_Buffer b;
+  long r = b64_decode(s, n, (unsigned char *)luaL_buffinitsize(L, &b, n / 4 * 3 + 1));
+  if (r < 0) {
+    lua_pushnil(L);
+    lua_pushinteger(L, -r);
+    return 2;
+  }
+  luaL_pushresultsize(&b, (size_t)r);
+  return 1;
 }
 #endif
