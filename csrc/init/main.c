@@ -150,7 +150,8 @@ int main(int argc, char **argv)
 	L.sigfd = -1;
 	report_set_fd(plan.report_fd);
 	report_header();
-	if (launch_steps(&L) != 0 || mounts_apply(&L) != 0)
+	if (workspace_open(&L) != 0 || launch_steps(&L) != 0 || mounts_apply(&L) != 0 ||
+	    workspace_in(&L) != 0)
 		goto setup_failed;
 	if (!pid) {
 		report_fatal(W_WARM, (int)forkerr, NULL);
@@ -166,7 +167,7 @@ int main(int argc, char **argv)
 	memset(&c, 0, sizeof c);
 	c.pid = c.shown = (pid_t)pid;
 	c.errfd = (int)pipefd;
-	init_watch(&c, &o, plan.flush_signal);     /* as the init */
+	init_watch(&L, &c, &o);     /* as the init */
 	init_end((int)out, &o);
 
 setup_failed:

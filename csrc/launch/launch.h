@@ -15,6 +15,7 @@
  *   seccomp.c    the program's seccomp filter: built by the launcher before any fork, loaded by the
  *                program last
  *   landlock.c   Landlock for the program: --fs-ro, --fs-rw, --deny-tcp, --scope
+ *   workspace.c  the program's files: --files-in before it starts, --collect after the run
  *   probe.c      --probe
  *   relay.c      --relay: a wrapper's program, whose death by a signal it passes on
  *
@@ -76,6 +77,8 @@ enum what {
 	W_CGROUP,               /* budget.c */
 	W_SHARED_NET,           /* landlock.c, seccomp.c: a wall a shared netns needs is missing */
 	W_WARM,                 /* supervise.c: corral-zygote could not fork the program */
+	W_FILES_IN,             /* workspace.c */
+	W_COLLECT,              /* workspace.c */
 	W_COUNT
 };
 
@@ -130,6 +133,10 @@ struct launch {
 	 * take slots of --rlimit nproc. The program sets RLIMIT_NPROC to the plan's value plus
 	 * these. */
 	int nproc_beside;
+	/* --files-in and --collect-to, opened while the host's paths are in sight (workspace.c);
+	 * -1: none */
+	int files_in_fd;
+	int collect_fd;
 };
 
 /* ---- report.c: every function here is async-signal-safe ---- */
@@ -344,7 +351,7 @@ int read_proc(pid_t pid, const char *name, char *buf, size_t len);
 void flush_status(struct prog *c);
 /* The init once the program is started: the program's pipe, the wait, the end in the report; the
  * program's outcome in o. */
-void init_watch(struct prog *c, struct outcome *o, int flush);
+void init_watch(struct launch *L, struct prog *c, struct outcome *o);
 /* The init's end: the report flushed, the outcome written on outfd, exit 0. */
 NORETURN void init_end(int outfd, const struct outcome *o);
 
@@ -401,6 +408,13 @@ void budget_observe_exit(pid_t pid);    /* before reaping: the program exited? t
 void budget_report_observed(int wstatus);       /* the "observed" lines, after total */
 void budget_cleanup(void);      /* the launcher at the end, whatever happened: the run cgroup is
 				 * removed */
+
+/* ---- workspace.c ---- */
+
+int workspace_open(struct launch *L);   /* --files-in and --collect-to, before the mounts */
+int workspace_in(struct launch *L);     /* the files into --chdir, before the program; -1:
+					 * fatal, reported */
+void workspace_collect(struct launch *L);       /* after every process of the run is dead */
 
 /* ---- probe.c ---- */
 

@@ -1,6 +1,7 @@
 /* plan.c: parse the command line into a struct plan (pure: no system calls, no output). */
 #include "plan.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -72,6 +73,18 @@ static const char help_text[] =
 	"  --work-tmpfs BYTES    with a PID namespace, a tmpfs of BYTES on the\n"
 	"                        --chdir directory (absolute), mode 0700, owned by\n"
 	"                        the program's uid and gid\n"
+	"  --files-in FILE       records PATH\\0MODE\\0SIZE\\0 and SIZE bytes: files\n"
+	"                        made in --chdir (relative paths) before the\n"
+	"                        program starts, with its uid and gid\n"
+	"  --collect GLOB        repeatable (at most 64); after the run, the files\n"
+	"                        under --chdir whose relative path matches GLOB\n"
+	"                        (\"**\" matches any number of directories) are\n"
+	"                        written to --collect-to (docs/internals.md)\n"
+	"  --collect-all         every file the run made or changed\n"
+	"  --collect-to FILE     where the collected files go (an existing file)\n"
+	"  --collect-max N,FILE,TOTAL\n"
+	"                        at most N files, FILE bytes of each and TOTAL\n"
+	"                        bytes in all (default 100,8388608,16777216)\n"
 	"  --landlock off|auto|require\n"
 	"                        Landlock for the program (default off); auto:\n"
 	"                        what the kernel offers, the rest reported as\n"
@@ -359,7 +372,7 @@ enum opt {
 	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE, O_USER_MAX, O_DENY_PIPE_GROWTH, O_FLUSH_SIGNAL,
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_UNIX_PAIRS, O_CGROUP_REQUIRE,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD, O_RELAY,
-	O_PRESTART,
+	O_PRESTART, O_FILES_IN, O_COLLECT, O_COLLECT_ALL, O_COLLECT_TO, O_COLLECT_MAX,
 	O_COUNT
 };
 
@@ -411,7 +424,61 @@ static const struct {
 	[O_RELAY] = { "--relay", 0, 0 },
 	[O_HELD] = { "--held", 0, 0 },
 	[O_PRESTART] = { "--prestart", 0, 0 },
+	[O_FILES_IN] = { "--files-in", 1, 0 },
+	[O_COLLECT] = { "--collect", 1, 1 },
+	[O_COLLECT_ALL] = { "--collect-all", 0, 0 },
+	[O_COLLECT_TO] = { "--collect-to", 1, 0 },
+	[O_COLLECT_MAX] = { "--collect-max", 1, 0 },
 };
+
+/* A glob relative to --chdir: no empty, "." or ".." segment, at most two "**". */
+static int parse_collect(struct plan *p, const char *v, char *err, size_t errlen)
+{
+	const char *s = v;
+	int stars = 0;
+
+	if (p->ncollect >= PLAN_COLLECT_MAX)
+		return fail(err, errlen, "--collect: more than %d", PLAN_COLLECT_MAX);
+	if (!*v || v[0] == '/' || strlen(v) >= PATH_MAX)
+		return fail(err, errlen, "--collect: '%.64s' is not a relative path", v);
+	for (;;) {
+		size_t n = strcspn(s, "/");
+
+		if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
+			return fail(err, errlen, "--collect: '%.64s' has an empty, . or .. segment", v);
+		if (n == 2 && s[0] == '*' && s[1] == '*' && ++stars > 2)
+			return fail(err, errlen, "--collect: '%.64s' has more than two **", v);
+		if (!s[n])
+			break;
+		s += n + 1;
+	}
+	p->collect[p->ncollect++] = v;
+	return 0;
+}
+
+static int parse_collect_max(struct plan *p, const char *v, char *err, size_t errlen)
+{
+	unsigned long long n[3];
+	const char *s = v;
+	char *end;
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		if (*s < '0' || *s > '9')
+			goto bad;
+		errno = 0;
+		n[i] = strtoull(s, &end, 10);
+		if (errno || *end != (i < 2 ? ',' : '\0') || n[i] > (1ULL << 40))
+			goto bad;
+		s = end + 1;
+	}
+	p->collect_files = n[0];
+	p->collect_file_bytes = n[1];
+	p->collect_bytes = n[2];
+	return 0;
+bad:
+	return fail(err, errlen, "--collect-max: '%.64s' is not N,FILE,TOTAL (whole numbers)", v);
+}
 
 static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_t errlen)
 {
@@ -579,6 +646,23 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 	case O_PRESTART:
 		p->prestart = 1;
 		return 0;
+	case O_FILES_IN:
+	case O_COLLECT_TO:
+		if (!*v || v[0] != '/' || strlen(v) >= PATH_MAX)
+			return fail(err, errlen, "%s: '%.64s' is not an absolute path",
+				    o == O_FILES_IN ? "--files-in" : "--collect-to", v);
+		if (o == O_FILES_IN)
+			p->files_in = v;
+		else
+			p->collect_to = v;
+		return 0;
+	case O_COLLECT:
+		return parse_collect(p, v, err, errlen);
+	case O_COLLECT_ALL:
+		p->collect_all = 1;
+		return 0;
+	case O_COLLECT_MAX:
+		return parse_collect_max(p, v, err, errlen);
 	case O_COUNT:
 		break;
 	}
@@ -599,6 +683,9 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	p->report_fd = -1;
 	p->sweep_uid = 1;
 	p->budget_poll_ms = PLAN_POLL_MS_DEFAULT;
+	p->collect_files = 100;
+	p->collect_file_bytes = 8ULL << 20;
+	p->collect_bytes = 16ULL << 20;
 	if (err && errlen > 0)
 		err[0] = '\0';
 	if (argc < 1)
@@ -706,6 +793,18 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	p->has_ids = seen[O_UID];
 	if (p->work_tmpfs && (!p->chdir || p->chdir[0] != '/')) {
 		fail(err, errlen, "--work-tmpfs needs an absolute --chdir (the directory it covers)");
+		goto bad;
+	}
+	if ((p->files_in || p->collect_to) && (!p->chdir || p->chdir[0] != '/')) {
+		fail(err, errlen, "--files-in and --collect-to need an absolute --chdir (the work dir)");
+		goto bad;
+	}
+	if (!p->collect_to != !(p->ncollect || p->collect_all)) {
+		fail(err, errlen, "--collect-to goes with --collect GLOB or --collect-all");
+		goto bad;
+	}
+	if (p->collect_all && p->ncollect) {
+		fail(err, errlen, "--collect and --collect-all conflict");
 		goto bad;
 	}
 	if (p->landlock == PLAN_MECH_OFF &&

@@ -38,6 +38,8 @@ enum plan_rlimit {
 #define PLAN_USER_MAX 16
 /* At most this many --deny-syscall. */
 #define PLAN_SYSCALLS_MAX 256
+/* At most this many --collect. */
+#define PLAN_COLLECT_MAX 64
 /* --budget-poll-ms: default and range. */
 #define PLAN_POLL_MS_DEFAULT 10
 #define PLAN_POLL_MS_MAX 1000
@@ -85,6 +87,15 @@ struct plan {
 	const char *ro_bind[PLAN_MOUNTS_MAX];       /* --ro-bind, absolute, in order */
 	size_t nro_bind;
 	unsigned long long work_tmpfs;              /* --work-tmpfs bytes; 0: none */
+	/* The program's files (workspace.c): into --chdir before it starts, out after the run. */
+	const char *files_in;       /* --files-in FILE, or NULL */
+	const char *collect_to;     /* --collect-to FILE, or NULL */
+	const char *collect[PLAN_COLLECT_MAX];      /* --collect GLOB, relative to --chdir */
+	size_t ncollect;
+	int collect_all;            /* --collect-all */
+	unsigned long long collect_files;           /* --collect-max N,FILE,TOTAL */
+	unsigned long long collect_file_bytes;
+	unsigned long long collect_bytes;
 	/* Landlock (landlock.c), applied by the program after no_new_privs. */
 	enum plan_mech landlock;
 	const char *fs_ro[PLAN_FS_MAX];             /* --fs-ro: read and execute beneath */

@@ -266,8 +266,9 @@ void init_kill_all(struct prog *c)
 		prog_read(c);   /* the program is dead: does not block */
 }
 
-void init_watch(struct prog *c, struct outcome *o, int flush)
+void init_watch(struct launch *L, struct prog *c, struct outcome *o)
 {
+	int flush = L->plan->flush_signal;
 	int why;
 
 	while (c->errfd >= 0)
@@ -286,10 +287,12 @@ void init_watch(struct prog *c, struct outcome *o, int flush)
 	} else {
 		if (flush)
 			init_flush(c);
-		if (budget_active())
+		if (budget_active() || L->collect_fd >= 0)
 			init_kill_all(c);
 	}
 	prog_finish(c, o);
+	/* every process of the run is dead: its files are as it left them */
+	workspace_collect(L);
 }
 
 NORETURN void init_end(int outfd, const struct outcome *o)

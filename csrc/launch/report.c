@@ -297,6 +297,8 @@ static const char *const steps[W_COUNT] = {
 	[W_CGROUP] = "cgroup",
 	[W_SHARED_NET] = "shared-netns",
 	[W_WARM] = "warm",
+	[W_FILES_IN] = "files-in",
+	[W_COLLECT] = "collect",
 };
 
 const char *what_step(enum what w)
@@ -579,6 +581,20 @@ const char *explain(enum what w, int err)
 		if (err == EPIPE || err == ECONNRESET)
 			return "the zygote is gone";
 		return "the zygote could not fork the program into the run's namespaces";
+	case W_FILES_IN:
+		if (err == ENOSPC || err == EDQUOT)
+			return "the program's files do not fit in the work dir (the work tmpfs's size "
+			       "or inodes)";
+		if (err == EEXIST)
+			return "a file of --files-in is there already (a path given twice, or through "
+			       "a file)";
+		if (err == ENOTDIR)
+			return "a path of --files-in goes through a file";
+		if (err == EPROTO || err == EINVAL)
+			return "--files-in is not a list of PATH, MODE, SIZE records";
+		return "cannot make the program's files in the work dir";
+	case W_COLLECT:
+		return "cannot open the --collect-to file";
 	case W_RLIMIT:
 	case W_COUNT:
 		break;

@@ -59,7 +59,8 @@ NORETURN void launch_run(struct launch *L, struct plan *plan)
 	report_set_fd(plan->report_fd);
 	report_header();
 
-	if (supervise_prepare(L) != 0 ||       /* signals: blocked, read from a signalfd */
+	if (workspace_open(L) != 0 ||            /* the host's paths, before any mount */
+	    supervise_prepare(L) != 0 ||       /* signals: blocked, read from a signalfd */
 	    launch_steps(L) != 0) {             /* 1-3 (steps.c) */
 		budget_cleanup();
 		plan_free(plan);

@@ -241,14 +241,14 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	args_hide();
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
 		_exit(EXIT_SETUP);
-	if (mounts_apply(L) == 0) {
+	if (mounts_apply(L) == 0 && workspace_in(L) == 0) {
 		/* corral-zygote's program is started ahead too, and waits for the run itself */
 		int ahead = L->start_program && L->plan->prestart;
 
 		init_prepare(L);
 		if ((ahead || prestart_wait(L) == 0) && prog_start(L, &c) == 0) {
 			null_stdio();
-			init_watch(&c, &o, L->plan->flush_signal);
+			init_watch(L, &c, &o);
 		}
 	}
 	init_end(outfd, &o);
@@ -418,7 +418,7 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 		report_refused("subreaper", errno, explain(W_SUBREAPER, errno));
 	/* a launch started ahead whose PID namespace the kernel refused: the launcher waits for its
 	 * run itself, as the init would have (the code is not in place before the byte) */
-	if (subreaper_prestart_wait(L) != 0 || prog_start(L, &c) != 0) {
+	if (subreaper_prestart_wait(L) != 0 || workspace_in(L) != 0 || prog_start(L, &c) != 0) {
 		out->kind = OUTCOME_EXIT;
 		out->value = EXIT_SETUP;
 		return;
@@ -455,6 +455,7 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 	while (c.errfd >= 0)
 		prog_read(&c);  /* every writer is dead: does not block */
 	prog_finish(&c, out);
+	workspace_collect(L);
 }
 
 void supervise_run(struct launch *L, struct outcome *out)

@@ -1,0 +1,625 @@
+/* workspace.c: the program's files, in before its first instruction and out after its last process.
+ *
+ * --files-in FILE: records PATH \0 MODE \0 SIZE \0 and SIZE bytes, back to back (the host wrote and
+ * checked them: relative paths, no "." or ".." segment, each path once). The supervisor unpacks
+ * them into the work dir (--chdir: the run's own tmpfs when there is one) after the mounts and
+ * before the program starts.
+ *
+ * --collect-to FILE with --collect GLOB... or --collect-all: once every process of the run is dead
+ * (nothing can change a file while it is read), the supervisor walks the work dir and writes
+ * records KIND \0 PATH \0 SIZE \0 MODE \0 STORED \0 and STORED bytes, then "end" \0 SEEN \0 FLAGS \0.
+ * KIND: "f" a regular file (the first STORED of its SIZE bytes), "l" a symbolic link (its target,
+ * never followed), "e" a file that could not be read (the errno name). FLAGS: what a cap cut, comma
+ * separated: "files" (--collect-max N), "bytes" (the total), "scan" (entries looked at), "depth",
+ * "name" (a path longer than PATH_MAX), "write" (FILE could not take more). A FILE without the end
+ * record was cut short: the supervisor was killed while it wrote.
+ *
+ * Both run with the program's file-system ids (setfsuid) when it has its own: what is unpacked is
+ * the program's, and the walk reads nothing the program could not. Both stay on the work dir's own
+ * filesystem and open every name with O_NOFOLLOW from its directory's fd: a link the program made
+ * is reported as a link, a fifo, socket or device is skipped unopened.
+ */
+#include "launch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/fsuid.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CHUNK 65536
+#define SCAN_MAX 100000         /* directory entries looked at, in all */
+#define DEPTH_MAX 64            /* directories below the work dir */
+
+/* Scratch of the one supervisor process that does either step (never a vfork child's). */
+static char chunk[CHUNK];
+
+struct kept {                   /* an unpacked file, to tell later whether the run changed it */
+	ino_t ino;
+	struct timespec ctime;
+};
+
+static struct kept *kept;
+static size_t nkept, kept_cap;
+
+int workspace_open(struct launch *L)
+{
+	const struct plan *p = L->plan;
+
+	L->files_in_fd = L->collect_fd = -1;
+	if (p->files_in) {
+		L->files_in_fd = open(p->files_in, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (L->files_in_fd < 0) {
+			report_fatal(W_FILES_IN, errno, p->files_in);
+			return -1;
+		}
+	}
+	if (p->collect_to) {
+		L->collect_fd = open(p->collect_to, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+		if (L->collect_fd < 0) {
+			report_fatal(W_COLLECT, errno, p->collect_to);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The program's file-system ids for what follows; the previous ones in *old. */
+static void fsids_take(const struct plan *p, uid_t *old_uid, gid_t *old_gid)
+{
+	*old_uid = (uid_t)-1;
+	*old_gid = (gid_t)-1;
+	if (!p->has_ids)
+		return;
+	*old_gid = (gid_t)setfsgid(p->gid);
+	*old_uid = (uid_t)setfsuid(p->uid);
+}
+
+static void fsids_give(uid_t old_uid, gid_t old_gid)
+{
+	if (old_uid != (uid_t)-1)
+		setfsuid(old_uid);
+	if (old_gid != (gid_t)-1)
+		setfsgid(old_gid);
+}
+
+/* ---- in ---- */
+
+struct reader {
+	int fd;
+	size_t off, len;
+};
+
+static int rd_fill(struct reader *r)
+{
+	ssize_t n;
+
+	if (r->off < r->len)
+		return 1;
+	do
+		n = read(r->fd, chunk, sizeof chunk);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	r->off = 0;
+	r->len = (size_t)n;
+	return n > 0;
+}
+
+/* One NUL-terminated field into out (at most cap bytes with the NUL): 1, 0 at the end of the
+ * records (before a field's first byte), -1 with errno. */
+static int rd_field(struct reader *r, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	for (;;) {
+		int f = rd_fill(r);
+
+		if (f <= 0) {
+			if (f == 0 && n == 0)
+				return 0;
+			errno = f == 0 ? EPROTO : errno;
+			return -1;
+		}
+		while (r->off < r->len) {
+			char c = chunk[r->off++];
+
+			if (n + 1 >= cap) {
+				errno = ENAMETOOLONG;
+				return -1;
+			}
+			out[n++] = c;
+			if (c == '\0')
+				return 1;
+		}
+	}
+}
+
+static int write_all(int fd, const char *b, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, b, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* SIZE bytes of the records into fd. */
+static int rd_copy(struct reader *r, int fd, unsigned long long size)
+{
+	while (size > 0) {
+		size_t n;
+		int f = rd_fill(r);
+
+		if (f <= 0) {
+			errno = f == 0 ? EPROTO : errno;
+			return -1;
+		}
+		n = r->len - r->off;
+		if (n > size)
+			n = (size_t)size;
+		if (write_all(fd, chunk + r->off, n) != 0)
+			return -1;
+		r->off += n;
+		size -= n;
+	}
+	return 0;
+}
+
+static int number_of(const char *s, int base, unsigned long long *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtoull(s, &end, base);
+	if (!*s || *end || errno || s[0] == '-') {
+		errno = EPROTO;
+		return -1;
+	}
+	return 0;
+}
+
+/* The directory that holds PATH's last segment, its parents made (mode 0755) where missing: an fd,
+ * or -1 with errno; *last points at the segment. */
+static int parent_of(int root, char *path, char **last)
+{
+	int d = dup(root);
+	char *s = path, *slash;
+
+	while (d >= 0 && (slash = strchr(s, '/')) != NULL) {
+		int sub;
+
+		*slash = '\0';
+		if (!*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) {
+			close(d);
+			errno = EINVAL;
+			return -1;
+		}
+		if (mkdirat(d, s, 0755) != 0 && errno != EEXIST) {
+			close(d);
+			return -1;
+		}
+		sub = openat(d, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		*slash = '/';
+		close(d);
+		d = sub;
+		s = slash + 1;
+	}
+	*last = s;
+	if (d >= 0 && (!*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)) {
+		close(d);
+		errno = EINVAL;
+		return -1;
+	}
+	return d;
+}
+
+static void keep(const struct stat *st)
+{
+	if (nkept == kept_cap) {
+		size_t cap = kept_cap ? kept_cap * 2 : 64;
+		struct kept *k = realloc(kept, cap * sizeof *k);
+
+		if (!k)
+			return;         /* the file then counts as changed: collected */
+		kept = k;
+		kept_cap = cap;
+	}
+	kept[nkept].ino = st->st_ino;
+	kept[nkept].ctime = st->st_ctim;
+	nkept++;
+}
+
+/* One record: 0, or -1 with errno and the path in name. */
+static int unpack_one(struct reader *r, int root, char *name, int *done)
+{
+	char field[32], *last;
+	unsigned long long mode, size;
+	struct stat st;
+	int f = rd_field(r, name, PATH_MAX), d, fd;
+
+	*done = f == 0;
+	if (f <= 0)
+		return f;
+	if (rd_field(r, field, sizeof field) <= 0 || number_of(field, 8, &mode) != 0 ||
+	    rd_field(r, field, sizeof field) <= 0 || number_of(field, 10, &size) != 0)
+		return -1;
+	if (name[0] == '/' || mode > 0777) {
+		errno = EINVAL;
+		return -1;
+	}
+	d = parent_of(root, name, &last);
+	if (d < 0)
+		return -1;
+	fd = openat(d, last, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)mode);
+	close(d);
+	if (fd < 0)
+		return -1;
+	if (rd_copy(r, fd, size) != 0 || fchmod(fd, (mode_t)mode) != 0 || fstat(fd, &st) != 0) {
+		int e = errno;
+
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	keep(&st);
+	close(fd);
+	return 0;
+}
+
+int workspace_in(struct launch *L)
+{
+	const struct plan *p = L->plan;
+	struct reader r = { L->files_in_fd, 0, 0 };
+	char name[PATH_MAX];
+	uid_t ou;
+	gid_t og;
+	int root, done = 0, n = 0, rc = 0;
+
+	if (L->files_in_fd < 0)
+		return 0;
+	name[0] = '\0';
+	fsids_take(p, &ou, &og);
+	root = open(p->chdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0) {
+		rc = -1;
+	} else {
+		while (!done && (rc = unpack_one(&r, root, name, &done)) == 0)
+			n += !done;
+		close(root);
+	}
+	fsids_give(ou, og);
+	close(L->files_in_fd);
+	L->files_in_fd = -1;
+	if (rc != 0) {
+		report_fatal(W_FILES_IN, errno, name[0] ? name : p->chdir);
+		return -1;
+	}
+	report_applied_num("files-in", (unsigned long long)n);
+	return 0;
+}
+
+/* ---- out ---- */
+
+enum { F_FILES = 1, F_BYTES = 2, F_SCAN = 4, F_DEPTH = 8, F_NAME = 16, F_WRITE = 32 };
+
+struct walk {
+	const struct plan *p;
+	int out;
+	char wbuf[CHUNK];
+	size_t wlen;
+	dev_t dev;
+	char path[PATH_MAX];
+	unsigned long long files_left, bytes_left, seen;
+	unsigned long scan_left;
+	unsigned flags;
+	int stop;
+};
+
+static void w_flush(struct walk *w)
+{
+	if (w->wlen && !(w->flags & F_WRITE) && write_all(w->out, w->wbuf, w->wlen) != 0)
+		w->flags |= F_WRITE;
+	w->wlen = 0;
+	if (w->flags & F_WRITE)
+		w->stop = 1;
+}
+
+static void w_put(struct walk *w, const char *b, size_t n)
+{
+	while (n > 0) {
+		size_t k = sizeof w->wbuf - w->wlen;
+
+		if (k == 0) {
+			w_flush(w);
+			k = sizeof w->wbuf;
+		}
+		if (k > n)
+			k = n;
+		memcpy(w->wbuf + w->wlen, b, k);
+		w->wlen += k;
+		b += k;
+		n -= k;
+	}
+}
+
+static void w_field(struct walk *w, const char *s)
+{
+	w_put(w, s, strlen(s) + 1);
+}
+
+static void w_num(struct walk *w, unsigned long long v, int octal)
+{
+	char b[32];
+
+	snprintf(b, sizeof b, octal ? "%llo" : "%llu", v);
+	w_field(w, b);
+}
+
+static void w_head(struct walk *w, const char *kind, unsigned long long size, unsigned mode,
+		   unsigned long long stored)
+{
+	w_field(w, kind);
+	w_field(w, w->path);
+	w_num(w, size, 0);
+	w_num(w, mode & 07777, 1);
+	w_num(w, stored, 0);
+}
+
+/* Whether PATH matches PAT, segment by segment ("**" matches any number of segments, other
+ * segments as fnmatch with FNM_PERIOD); with prefix, whether a path below the directory PATH
+ * could. */
+static int gmatch(const char *pat, const char *path, int prefix)
+{
+	const char *pe, *se;
+	char ps[NAME_MAX + 1], ss[NAME_MAX + 1];
+	size_t pl, sl;
+
+	if (!*path) {
+		if (prefix)
+			return *pat != 0;
+		while (strncmp(pat, "**", 2) == 0 && (pat[2] == '\0' || pat[2] == '/'))
+			pat += pat[2] ? 3 : 2;
+		return *pat == 0;
+	}
+	if (!*pat)
+		return 0;
+	pe = strchrnul(pat, '/');
+	se = strchrnul(path, '/');
+	pl = (size_t)(pe - pat);
+	sl = (size_t)(se - path);
+	if (pl == 2 && pat[0] == '*' && pat[1] == '*')
+		return gmatch(*pe ? pe + 1 : pe, path, prefix) ||
+		       gmatch(pat, *se ? se + 1 : se, prefix);
+	if (pl > NAME_MAX || sl > NAME_MAX)
+		return 0;
+	memcpy(ps, pat, pl);
+	ps[pl] = '\0';
+	memcpy(ss, path, sl);
+	ss[sl] = '\0';
+	return fnmatch(ps, ss, FNM_PERIOD) == 0 && gmatch(*pe ? pe + 1 : pe, *se ? se + 1 : se, prefix);
+}
+
+static int wanted(const struct plan *p, const char *path, int dir)
+{
+	size_t i;
+
+	if (p->collect_all)
+		return 1;
+	for (i = 0; i < p->ncollect; i++)
+		if (gmatch(p->collect[i], path, dir))
+			return 1;
+	return 0;
+}
+
+/* An unpacked file the run left as it was: not collected by --collect-all. */
+static int unchanged(const struct stat *st)
+{
+	size_t i;
+
+	for (i = 0; i < nkept; i++)
+		if (kept[i].ino == st->st_ino && kept[i].ctime.tv_sec == st->st_ctim.tv_sec &&
+		    kept[i].ctime.tv_nsec == st->st_ctim.tv_nsec)
+			return 1;
+	return 0;
+}
+
+/* Room for one more record; else the count cap is what stops the walk. */
+static int take_slot(struct walk *w)
+{
+	if (w->files_left == 0) {
+		w->flags |= F_FILES;
+		w->stop = 1;
+		return 0;
+	}
+	w->files_left--;
+	return 1;
+}
+
+static void emit_error(struct walk *w, const struct stat *st, int err)
+{
+	const char *e = errno_name(err);
+
+	w_head(w, "e", (unsigned long long)st->st_size, st->st_mode, strlen(e));
+	w_put(w, e, strlen(e));
+}
+
+static void emit_link(struct walk *w, int dfd, const char *name, const struct stat *st)
+{
+	char target[PATH_MAX];
+	ssize_t n = readlinkat(dfd, name, target, sizeof target);
+
+	if (n < 0) {
+		emit_error(w, st, errno);
+		return;
+	}
+	w_head(w, "l", (unsigned long long)n, st->st_mode, (unsigned long long)n);
+	w_put(w, target, (size_t)n);
+}
+
+static void emit_file(struct walk *w, int dfd, const char *name, const struct stat *st0)
+{
+	const struct plan *p = w->p;
+	struct stat st;
+	unsigned long long stored, left;
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0) {
+		emit_error(w, st0, errno);
+		return;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != w->dev) {
+		close(fd);              /* not what fstatat saw: nothing of the run runs, but still */
+		emit_error(w, st0, EAGAIN);
+		return;
+	}
+	stored = (unsigned long long)st.st_size;
+	if (stored > p->collect_file_bytes)
+		stored = p->collect_file_bytes;
+	if (stored > w->bytes_left) {
+		stored = w->bytes_left;
+		w->flags |= F_BYTES;
+	}
+	w->bytes_left -= stored;
+	w_head(w, "f", (unsigned long long)st.st_size, st.st_mode, stored);
+	for (left = stored; left > 0;) {
+		ssize_t n = read(fd, chunk, left < CHUNK ? (size_t)left : CHUNK);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			/* shorter than its size said: the record keeps its length, zeros after */
+			memset(chunk, 0, CHUNK);
+			while (left > 0) {
+				size_t k = left < CHUNK ? (size_t)left : CHUNK;
+
+				w_put(w, chunk, k);
+				left -= k;
+			}
+			break;
+		}
+		w_put(w, chunk, (size_t)n);
+		left -= (unsigned long long)n;
+	}
+	close(fd);
+}
+
+static void walk_dir(struct walk *w, int dfd, size_t plen, int depth)
+{
+	DIR *dir = fdopendir(dfd);
+	struct dirent *e;
+
+	if (!dir) {
+		close(dfd);
+		return;
+	}
+	while (!w->stop && (e = readdir(dir)) != NULL) {
+		const char *name = e->d_name;
+		size_t nlen = strlen(name);
+		struct stat st;
+
+		if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2])))
+			continue;
+		if (w->scan_left == 0) {
+			w->flags |= F_SCAN;
+			w->stop = 1;
+			break;
+		}
+		w->scan_left--;
+		w->seen++;
+		if (plen + nlen + 2 > sizeof w->path) {
+			w->flags |= F_NAME;
+			continue;
+		}
+		if (plen)
+			w->path[plen] = '/';
+		memcpy(w->path + plen + (plen ? 1 : 0), name, nlen + 1);
+		if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != w->dev)
+			continue;       /* gone, or another filesystem (a bind mount) */
+		if (S_ISDIR(st.st_mode)) {
+			int sub;
+
+			if (!wanted(w->p, w->path, 1))
+				continue;
+			if (depth >= DEPTH_MAX) {
+				w->flags |= F_DEPTH;
+				continue;
+			}
+			sub = openat(dirfd(dir), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0)
+				walk_dir(w, sub, plen + nlen + (plen ? 1 : 0), depth + 1);
+			continue;
+		}
+		if (!(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) || !wanted(w->p, w->path, 0))
+			continue;       /* fifos, sockets, devices: never opened */
+		if (w->p->collect_all && S_ISREG(st.st_mode) && unchanged(&st))
+			continue;
+		if (!take_slot(w))
+			break;
+		if (S_ISLNK(st.st_mode))
+			emit_link(w, dirfd(dir), name, &st);
+		else
+			emit_file(w, dirfd(dir), name, &st);
+	}
+	w->path[plen] = '\0';
+	closedir(dir);
+}
+
+static struct walk walk_state;
+
+void workspace_collect(struct launch *L)
+{
+	const struct plan *p = L->plan;
+	struct walk *w = &walk_state;
+	struct stat st;
+	char flags[64] = "";
+	uid_t ou;
+	gid_t og;
+	int root;
+
+	if (L->collect_fd < 0)
+		return;
+	memset(w, 0, sizeof *w);
+	w->p = p;
+	w->out = L->collect_fd;
+	w->files_left = p->collect_files;
+	w->bytes_left = p->collect_bytes;
+	w->scan_left = SCAN_MAX;
+	fsids_take(p, &ou, &og);
+	root = open(p->chdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (root >= 0 && fstat(root, &st) == 0) {
+		w->dev = st.st_dev;
+		walk_dir(w, root, 0, 0);
+	} else if (root >= 0) {
+		close(root);
+	}
+	fsids_give(ou, og);
+	if (w->flags & F_FILES)
+		strcat(flags, ",files");
+	if (w->flags & F_BYTES)
+		strcat(flags, ",bytes");
+	if (w->flags & F_SCAN)
+		strcat(flags, ",scan");
+	if (w->flags & F_DEPTH)
+		strcat(flags, ",depth");
+	if (w->flags & F_NAME)
+		strcat(flags, ",name");
+	w_field(w, "end");
+	w_num(w, w->seen, 0);
+	w_field(w, flags[0] ? flags + 1 : "");
+	w_flush(w);
+	close(L->collect_fd);
+	L->collect_fd = -1;
+}
