@@ -35,6 +35,12 @@ return policy.base {
   -- neither the network namespace nor Landlock keeps a program from connecting to
   tmpfs = { ["/tmp"] = 16, ["/var/tmp"] = 16, ["/dev/shm"] = 64, ["/run"] = 1 },
   work_mb = 64,
+  -- the program's files (`files`, `collect`): the bytes a run may be given, and what it may hand
+  -- back: files, bytes of each, bytes in all
+  max_files_in_mb = 16,
+  max_files_out = 100,
+  max_file_out_mb = 8,
+  max_files_out_mb = 16,
   -- run directories (code/main.py, the work dir's mount point): on /dev/shm when it is a tmpfs
   -- of a fair size, else /tmp (host.run_dir_base)
   tmp_dir = "auto",

@@ -178,6 +178,57 @@ describe("corral CLI", function()
     assert.is_truthy(body:find("/nonexistent/python", 1, true), body)
   end)
 
+  it("gives the program files and arguments, and writes what it collects under --out-dir only", function()
+    local dir = H.sh("mktemp -d"):gsub("%s+$", "")
+    local data = dir .. "/data.csv"
+    local f = assert(io.open(data, "wb"))
+    f:write("a,b\n")
+    f:close()
+    local prog = tmp([[
+import os, sys
+print(sys.argv[1:], open("in/d.csv").read().strip(), open("data.csv").read().strip())
+os.makedirs("plots/sub")
+open("plots/p.png", "w").write("p")
+open("plots/sub/q.png", "w").write("q")
+open("plots/esc.png", "w").write("e")
+os.symlink("/etc/passwd", "plots/l.png")
+]])
+    -- a link planted in --out-dir is not followed: the file under it is not written
+    local out = dir .. "/out"
+    assert(core.mkdir(out, 448))
+    assert(core.symlink(dir .. "/elsewhere", out .. "/plots"))
+    local body, status = split_status(corral("run --file " .. data .. " --file " .. data .. "=in/d.csv --collect 'plots/**'"
+      .. " --out-dir " .. out .. " " .. prog .. " -- x 'y z' 2>&1"))
+    assert.are.equal(0, status, body)
+    assert.matches("%['x', 'y z'%] a,b a,b", body)
+    assert.matches("not written: plots/l.png: a link to /etc/passwd", body)
+    assert.matches("not written: plots/p.png: .*plots is a link, not a directory", body)
+    assert.is_nil(core.lstat(dir .. "/elsewhere"))
+    os.remove(out .. "/plots")
+    prog = tmp("import os\nos.makedirs('plots/sub')\nopen('plots/p.png', 'w').write('p')\nopen('plots/sub/q.png', 'w').write('q')\n")
+    body, status = split_status(corral("run --collect 'plots/**' --out-dir " .. out .. "/new/dir " .. prog .. " 2>&1"))
+    assert.are.equal(0, status, body)
+    assert.are.equal("q", H.read(out .. "/new/dir/plots/sub/q.png"))
+    assert.are.equal("p", H.read(out .. "/new/dir/plots/p.png"))
+    -- a file there already is not replaced
+    body = split_status(corral("run --collect 'plots/**' --out-dir " .. out .. "/new/dir " .. prog .. " 2>&1"))
+    assert.matches("not written: plots/p.png: .*File exists", body)
+    -- usage errors name the flag
+    for _, c in ipairs({
+      { "--collect '*.png' " .. prog, "%-%-collect needs %-%-out%-dir" },
+      { "--out-dir " .. out .. " " .. prog, "%-%-out%-dir goes with %-%-collect" },
+      { "--file " .. dir .. "/missing " .. prog, "cannot read %-%-file " },
+      { "--file " .. data .. "=../x " .. prog, "%-%-file entry 1 %('%.%./x'%): the path has a '%.%.' segment" },
+      { "--collect '/etc/*' --out-dir " .. out .. " " .. prog, "%-%-collect entry 1 %('/etc/%*'%) is absolute" },
+      { prog .. " extra", "only one FILE may be given %(the program's arguments go after %-%-%)" },
+    }) do
+      body, status = split_status(corral("run " .. c[1] .. " 2>&1"))
+      assert.are.equal(2, status, body)
+      assert.matches(c[2], body)
+    end
+    H.sh("rm -rf " .. dir)
+  end)
+
   it("prints exactly the result fields with --json", function()
     local body, status = split_status(corral("run --json --stdin " .. tmp("abc") .. " " ..
       tmp("import sys; print(sys.stdin.read()); sys.exit(7)")))

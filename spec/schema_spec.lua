@@ -27,7 +27,8 @@ describe("the option schema #fast", function()
   end)
 
   it("gives every entry a kind, a line of documentation, and a range to each number", function()
-    local kinds = { number = true, integer = true, boolean = true, string = true, policy = true, env = true }
+    local kinds = { number = true, integer = true, boolean = true, string = true, policy = true, env = true,
+                    files = true, args = true, collect = true }
     for _, list in ipairs({ schema.run, schema.serve }) do
       local flags = {}
       for _, e in ipairs(list) do
@@ -60,8 +61,9 @@ describe("the option schema #fast", function()
     for k, v in pairs(schema.eval_defaults()) do assert.are.equal(v, bwrap.defaults[k], k) end
     assert.are.equal(131072, bwrap.defaults.max_output)
     local serve = require "corral.serve"
-    assert.are.same({ "code", "cpu_seconds", "file_mb", "max_output", "memory_mb", "open_files", "policy",
-                      "processes", "require_network_isolation", "stdin", "timeout" }, keys(serve.RUN_FIELDS))
+    assert.are.same({ "args", "code", "collect", "cpu_seconds", "file_mb", "files", "max_output", "memory_mb",
+                      "open_files", "policy", "processes", "require_network_isolation", "stdin", "timeout" },
+                    keys(serve.RUN_FIELDS))
     assert.are.same({ "code", "cpu_max_time_sec", "io_max_kb", "mem_max_mb", "stdin", "timeout_max_time_sec" },
                     keys(serve.EVAL_FIELDS))
   end)

@@ -283,6 +283,46 @@ describe("corral serve", function()
     assert.are.equal(1, metric(text, 'corral_http_requests_total{route="other",status="404"}'), text)
   end)
 
+  it("takes files in base64 and args, and hands back the files asked for in base64", function()
+    local s = start_server("")
+    local b64 = core.b64encode
+    local status, _, body, r = http(s, "POST", "/v1/run", json {
+      code = "import sys\nprint(sys.argv[1:], open('in/d.csv', 'rb').read())\nopen('p.png', 'wb').write(b'\\x89PNG\\0')\n"
+        .. "open(b'caf\\xe9.png', 'w').write('c')\n",
+      files = { { path = "in/d.csv", content = b64("a,b\n\0\255") } }, args = { "x", "y z" }, collect = { "*.png" } })
+    assert.are.equal(200, status, body)
+    assert.are.equal("['x', 'y z'] b'a,b\\n\\x00\\xff'\n", r.stdout)
+    assert.are.equal(2, #r.files, body)
+    assert.are.same({ path = "caf\239\191\189.png", path_b64 = b64("caf\233.png"), type = "file", size = 1, mode = 420,
+                      content = b64("c"), truncated = false }, r.files[1])
+    assert.are.same({ path = "p.png", type = "file", size = 5, mode = 420, content = b64("\137PNG\0"), truncated = false },
+      r.files[2])
+    -- no code: args[0] names the file of files that runs
+    status, _, body, r = http(s, "POST", "/v1/run", json {
+      files = { { path = "main.py", content = b64("import sys; print(sys.argv)") } }, args = { "main.py", "1" } })
+    assert.are.equal(200, status, body)
+    assert.are.equal("['main.py', '1']\n", r.stdout)
+    -- an empty list of files comes back as []
+    status, _, body = http(s, "POST", "/v1/run", json { code = "pass", collect = { "*.png" } })
+    assert.are.equal(200, status, body)
+    assert.is_truthy(body:find('"files":[]', 1, true), body)
+    for _, c in ipairs({
+      { { code = "1", files = { { path = "a", content = "not base64!" } } }, "invalid_field", "files", "not base64" },
+      { { code = "1", files = { { path = "../a", content = "" } } }, "invalid_field", "files", "'%.%./a'%): the path has a '%.%.' segment" },
+      { { code = "1", files = "a" }, "invalid_field", "files", "must be an array" },
+      { { code = "1", collect = "*.png" }, "invalid_field", "collect", "must be an array or boolean" },
+      { { code = "1", collect = { "/etc/*" } }, "invalid_field", "collect", "is absolute" },
+      { { code = "1", args = { 1 } }, "invalid_field", "args", "entry 1 must be a string" },
+      { { files = { { path = "a.py", content = "" } }, args = { "b.py" } }, "invalid_field", "args", "args%[0%] must name a file" },
+      { { files = { { path = "a.py", content = "" } } }, "missing_field", "code" },
+    }) do
+      status, _, body, r = http(s, "POST", "/v1/run", json(c[1]))
+      assert.are.equal(400, status, body)
+      assert.are.same({ c[2], c[3] }, { r.error.code, r.error.field }, body)
+      if c[4] then assert.matches(c[4], r.error.message) end
+    end
+  end)
+
   it("answers 413 for a body over --max-body, with a JSON error", function()
     local s = start_server("--max-body 1000")
     local status, _, body, r = http(s, "POST", "/v1/run", json { code = "print(1)  #" .. ("x"):rep(5000) })

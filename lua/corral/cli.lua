@@ -45,17 +45,21 @@ local JSON_FLAG = { name = "json", kind = "boolean", flag = "--json",
                     doc = "print one JSON object with the result instead of the output" }
 local HELP_ROW = { { "-h, --help", "show this text" } }
 
+local OUT_DIR_FLAG = { name = "out_dir", kind = "string", flag = "--out-dir", metavar = "DIR",
+                       doc = "write the files --collect hands back under DIR (made if missing); "
+                         .. "a file there already is not overwritten" }
 local RUN_FLAGS = { table.unpack(schema.run) }
+RUN_FLAGS[#RUN_FLAGS + 1] = OUT_DIR_FLAG
 RUN_FLAGS[#RUN_FLAGS + 1] = JSON_FLAG
 local SERVE_FLAGS = schema.serve
 local PROBE_FLAGS = { schema.run_by_name.policy, JSON_FLAG }
 local POLICIES_FLAGS = { JSON_FLAG }
 
 USAGE.run = [[
-usage: corral run [OPTIONS] FILE|-
+usage: corral run [OPTIONS] FILE|- [-- ARGS...]
 
 Runs FILE (or the code read from standard input, for -) with the policy's limits, prints the
-program's stdout and stderr and exits with its exit code.
+program's stdout and stderr and exits with its exit code. ARGS are the program's sys.argv[1:].
 
 options:
 ]] .. schema.help(RUN_FLAGS, HELP_ROW) .. [[
@@ -128,17 +132,18 @@ end
 --- Parse `args` (from index `i`) against the flag entries `flags`: a boolean's flag takes no
 -- value, a number's must be one (the range is the library's to check), a `file` flag's value is
 -- the path (the command reads it).
--- @return options table (by entry name), positional arguments; or nil, error message, the flag
+-- @return options table (by entry name; a `repeated` flag's values in a list), positional
+-- arguments, those after `--`; or nil, error message, the flag
 local function parse(args, i, flags)
   local by_flag = {}
   for _, e in ipairs(flags) do if e.flag then by_flag[e.flag] = e end end
-  local opts, pos = {}, {}
+  local opts, pos, rest = {}, {}, {}
   while i <= #args do
     local a = args[i]
     local name, inline = a:match("^(%-%-[%w%-]+)=(.*)$")
     name = name or a
     if a == "--" then
-      for j = i + 1, #args do pos[#pos + 1] = args[j] end
+      for j = i + 1, #args do rest[#rest + 1] = args[j] end
       break
     elseif a == "-h" or a == "--help" then
       opts.help = true
@@ -164,6 +169,11 @@ local function parse(args, i, flags)
           end
           v = kind == "integer" and math.floor(n) or n
         end
+        if e.repeated then
+          local list = opts[e.name] or {}
+          list[#list + 1] = v
+          v = list
+        end
         opts[e.name] = v
       end
     else
@@ -171,7 +181,7 @@ local function parse(args, i, flags)
     end
     i = i + 1
   end
-  return opts, pos
+  return opts, pos, rest
 end
 
 -- The whole file (or standard input, for "-").
@@ -227,12 +237,90 @@ local function run_to_end(corral, code, opts)
   return res, rerr, rcode, signum
 end
 
+-- --file LOCAL[=PATH]: the local files as `files` entries (an executable one keeps its x bits).
+-- @return the list, or nil and a message
+local function local_files(specs)
+  local core = require "corral.core"
+  local list = {}
+  for _, spec in ipairs(specs) do
+    local lpath, path = spec:match("^(.-)=(.*)$")
+    lpath = lpath or spec
+    path = path or lpath:match("([^/]*)/*$")
+    if lpath == "" then return nil, "--file '" .. spec .. "': no local file before '='" end
+    local data, err = read_file(lpath)
+    if not data then return nil, "cannot read --file " .. lpath .. ": " .. err end
+    local st = core.lstat(lpath)
+    local exec = st and st.type ~= "link" and (st.mode & 64) ~= 0
+    list[#list + 1] = { path = path, content = data, mode = exec and 493 or 420 }   -- 0755 / 0644
+  end
+  return list
+end
+
+-- Make the directory `path` where missing; one there already must be a plain directory (a
+-- link is not followed). @return true, or nil and a message
+local function plain_dir(path)
+  local core = require "corral.core"
+  local st = core.lstat(path)
+  if not st then return core.mkdir(path, 493) end   -- 0755
+  if st.type ~= "directory" then return nil, path .. " is a " .. st.type .. ", not a directory" end
+  return true
+end
+
+-- The collected files under `dir`, never outside it: each path checked again, every directory on
+-- the way made here or a plain one, no file there already replaced; links are not made.
+-- @return the count written and what was not, with why; or nil and a message
+local function write_collected(dir, files)
+  local core = require "corral.core"
+  local ws = require "corral.workspace"
+  local at = dir:sub(1, 1) == "/" and "" or "."
+  for seg in dir:gmatch("[^/]+") do
+    at = at .. "/" .. seg
+    local ok, err = plain_dir(at)
+    if not ok then return nil, err end
+  end
+  local skipped, written = {}, 0
+  for _, f in ipairs(files) do
+    local why = ws.path_problem(f.path)
+    if not why and f.type ~= "file" then
+      why = f.type == "link" and ("a link to " .. f.target) or ("unreadable: " .. tostring(f.error))
+    end
+    local path = dir
+    for seg in (f.path:match("^(.*)/") or ""):gmatch("[^/]+") do
+      if why then break end
+      path = path .. "/" .. seg
+      local ok, err = plain_dir(path)
+      if not ok then why = err end
+    end
+    if not why then
+      local ok, err = core.write_file(dir .. "/" .. f.path, f.content, (f.mode or 420) & 511)
+      if ok then written = written + 1 else why = err end
+    end
+    if why then skipped[#skipped + 1] = f.path .. ": " .. why end
+  end
+  return written, skipped
+end
+
 local function cmd_run(args)
   local usage_error = usage_reporter("run", args)
   local opts, pos, bad = parse(args, 2, RUN_FLAGS)
   if not opts then return usage_error(pos, bad) end
   if opts.help then say(io.stdout, USAGE.run) return 0 end
-  if #pos ~= 1 then return usage_error(#pos == 0 and "missing FILE (or - for stdin)" or "only one FILE may be given") end
+  -- FILE -- ARGS, or -- FILE ARGS
+  local rest = bad
+  if #pos == 0 and #rest > 0 then pos[1] = table.remove(rest, 1) end
+  if #pos ~= 1 then return usage_error(#pos == 0 and "missing FILE (or - for stdin)" or "only one FILE may be given (the program's arguments go after --)") end
+  if #rest > 0 then opts.args = rest end
+  local out_dir = opts.out_dir
+  opts.out_dir = nil
+  if opts.collect and not out_dir and not opts.json then
+    return usage_error("--collect needs --out-dir DIR (or --json, whose result holds the files)", "--collect")
+  end
+  if out_dir and not opts.collect then return usage_error("--out-dir goes with --collect GLOB", "--out-dir") end
+  if opts.files then
+    local list, ferr = local_files(opts.files)
+    if not list then return usage_error(ferr, "--file") end
+    opts.files = list
+  end
   local cjson
   if opts.json then
     cjson = json_lib()
@@ -270,7 +358,19 @@ local function cmd_run(args)
     -- the same error object as the server's: a machine-readable code beside the errno kind
     if obj.error then obj.error.code = "sandbox_failed" end
     say(io.stdout, result.encode(obj, cjson) .. "\n")
-  elseif res then
+  end
+  if res and out_dir and res.files then
+    local n, skipped = write_collected(out_dir, res.files)
+    if not n then
+      say(io.stderr, "corral run: --out-dir " .. out_dir .. ": " .. tostring(skipped) .. "\n")
+    else
+      for _, why in ipairs(skipped) do say(io.stderr, "corral: not written: " .. why .. "\n") end
+    end
+    if res.files_truncated then
+      say(io.stderr, "corral: collected files cut short: " .. table.concat(res.files_truncated, ", ") .. "\n")
+    end
+  end
+  if res and not json then
     io.stdout:write(res.stdout)
     io.stdout:flush()
     io.stderr:write(res.stderr)

@@ -110,6 +110,21 @@ local function check_code(what, code)
   if type(code) ~= "string" then error(what .. ": code must be a string, got " .. type(code), 0) end
 end
 
+-- The code of a run of plan `p`: `code`, or without it the file of `files` that args[1] names
+-- (its path goes in `p.o.main`; the run's code file stays empty).
+local function code_of(what, code, p)
+  if code == nil and p then
+    local main = require("corral.workspace").main_file(p.opts)
+    if main then
+      p.o.main = main.path
+      return ""
+    end
+    error(what .. ": code must be a string, or nil with args[1] naming a file of `files`", 0)
+  end
+  check_code(what, code)
+  return code
+end
+
 -- `opts` checked and planned, or the plan `prepare` made.
 local function plan_for(what, opts, schema_of, extra)
   if getmetatable(opts) == Plan then
@@ -158,11 +173,11 @@ end
 -- @param opts run options, or a plan from `prepare`
 -- @return a process handle (`:kill()`, `:pid()`), or nil, message, code
 function M.start(code, opts, on_done)
-  check_code("start", code)
+  if code ~= nil then check_code("start", code) end
   if type(on_done) ~= "function" then error("start: on_done must be a function", 0) end
   local p, err, ecode = plan_for("start", opts, options.run_schema)
   if not p then return nil, err, ecode end
-  return launch(p, code, on_done)
+  return launch(p, code_of("start", code, p), on_done)
 end
 
 --- Let go of the launches started ahead: each is killed, and cleaned up once the loop has seen
@@ -219,11 +234,11 @@ end
 -- @return result table (ok, stdout, stderr, returncode, timed_out, truncated, network_isolated,
 -- limits, reason, signal, usage), or nil, message, code when the sandbox itself failed
 function M.run_python(code, opts)
-  check_code("run_python", code)
+  if code ~= nil then check_code("run_python", code) end
   local p, err, ecode = plan_for("run_python", opts, options.run_schema)
   if not p then return nil, err, ecode end
   local res
-  res, err, ecode = wait(p, code)
+  res, err, ecode = wait(p, code_of("run_python", code, p))
   if not res then return nil, err, ecode end
   return res
 end

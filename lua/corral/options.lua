@@ -3,6 +3,8 @@
 -- range raises an error that names the option, before anything is created or started.
 local M = {}
 
+local workspace = require "corral.workspace"
+
 local type, pairs, tostring, error, floor = type, pairs, tostring, error, math.floor
 
 --- The options `run_python` accepts: kind, and for numbers the accepted range (corral.schema).
@@ -67,6 +69,13 @@ function M.check(what, opts, schema, level)
       end
     elseif kind == "env" then
       check_env(what, key, v, level)
+    elseif kind == "files" then
+      v = workspace.check_files(what, key, v, level)
+    elseif kind == "args" then
+      v = workspace.check_args(what, key, v, level)
+    elseif kind == "collect" then
+      v = workspace.check_collect(what, key, v, level)
+      if v == false then v = nil end
     end
     out[key] = v
   end

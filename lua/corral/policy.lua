@@ -229,6 +229,16 @@ function Policy:check()
   for _, k in ipairs({ "grace", "tail_bytes" }) do
     if type(self[k]) ~= "number" or self[k] < 0 then fail(self, k, "must be a number >= 0") end
   end
+  for _, k in ipairs({ "max_files_in_mb", "max_file_out_mb", "max_files_out_mb" }) do
+    if self[k] ~= nil and (type(self[k]) ~= "number" or self[k] < 0 or self[k] > 1024) then
+      fail(self, k, "must be MiB in 0..1024")
+    end
+  end
+  if self.max_files_out ~= nil and (math.type(self.max_files_out) ~= "integer" or self.max_files_out < 0
+      or self.max_files_out > 100000) then
+    fail(self, "max_files_out", "must be an integer in 0..100000")
+  end
+  if self.workspace ~= nil then check_kind(self, "workspace", self.workspace, "boolean") end
   if self.prestart ~= nil and (math.type(self.prestart) ~= "integer" or self.prestart < 0
       or self.prestart > 4) then
     fail(self, "prestart", "must be an integer in 0..4")
@@ -272,6 +282,15 @@ function Policy:prepare(opts, host)
       end
     end
   end
+  if o.files or o.collect or o.args then
+    local ws = require "corral.workspace"
+    if self.workspace == false and (o.files or o.collect) then
+      local which = o.files and "files" or "collect"
+      error("option '" .. which .. "' is not supported by policy '" .. tostring(self.name) .. "'", 0)
+    end
+    local over = o.files and ws.over_caps(self, o.files)
+    if over then error(over, 0) end
+  end
   local python, err, code = require("corral.host").interpreter(o.python or "python3", self.python_path)
   if not python then return nil, err, code end
   o.python_exe = python
@@ -314,7 +333,15 @@ function Policy:python_argv(opts, run, path)
     argv[#argv + 1] = "-c"
     argv[#argv + 1] = "import sys; p = sys.argv[1]; exec(compile(open(p, 'rb').read(), p, 'exec'))"
   end
-  argv[#argv + 1] = path or run.code_path
+  -- a file of `files` (args[1]) runs instead of the code, by its path in the work dir, the cwd
+  local main = run.main
+  if main then
+    argv[#argv + 1] = main:sub(1, 1) == "-" and ("./" .. main) or main
+  else
+    argv[#argv + 1] = path or run.code_path
+  end
+  local args = opts.args
+  for i = main and 2 or 1, args and #args or 0 do argv[#argv + 1] = args[i] end
   return argv
 end
 
@@ -472,6 +499,18 @@ function Policy:launch_args(opts, run, host)
       add("--cgroup", self.cgroup)
       if self.budgets == "cgroup" then add("--cgroup-require") end
     end
+  end
+  -- the program's files in and out of its work dir (corral.workspace)
+  if run.files_in then add("--files-in", run.files_in) end
+  if run.files_out then
+    add("--collect-to", run.files_out)
+    if opts.collect == true then
+      add("--collect-all")
+    else
+      for _, g in ipairs(opts.collect) do add("--collect", g) end
+    end
+    local caps = require("corral.workspace").caps(self)
+    add("--collect-max", caps.out_files .. "," .. caps.out_file_bytes .. "," .. caps.out_bytes)
   end
   for _, e in ipairs(self:environment(opts, run)) do a[n + 1], a[n + 2], n = "--env", e, n + 2 end
   add("--chdir", run.workdir, "--")

@@ -1,6 +1,8 @@
 --- The public JSON shape of a run's result, shared by `corral run --json` and `corral serve`.
 -- Exactly the fields `ok stdout stderr returncode timed_out truncated network_isolated limits
--- reason signal usage refused`, plus `error {kind, message}` when the sandbox itself failed.
+-- reason signal usage refused`, plus `error {kind, message}` when the sandbox itself failed, and
+-- `files` (contents in base64: corral.workspace.json_files) and `files_truncated` when the run
+-- collected files.
 -- `refused` is an object: each protection the kernel refused, `{errno, message}`, so that a
 -- missing name in `limits` explains itself. Fields that
 -- are absent in the Lua result (a signal, the budget totals) are JSON null, never missing, so a
@@ -30,7 +32,10 @@ function M.object(res, err, code, null)
     }
   end
   local u = res.usage
+  local ws = res.files and require("corral.workspace")
   return {
+    files = ws and ws.json_files(res.files) or nil,
+    files_truncated = res.files_truncated,
     ok = res.ok, stdout = res.stdout, stderr = res.stderr, returncode = res.returncode,
     timed_out = res.timed_out, truncated = res.truncated, network_isolated = res.network_isolated,
     limits = res.limits, reason = res.reason, signal = res.signal or null, refused = refused(res.refused),
@@ -56,7 +61,7 @@ end
 -- @return the JSON text
 function M.encode(obj, cjson, arrays)
   local empty = {}
-  for _, k in ipairs(arrays or { "limits", "clamped" }) do
+  for _, k in ipairs(arrays or { "limits", "clamped", "files" }) do
     if type(obj[k]) == "table" and next(obj[k]) == nil then
       empty[#empty + 1] = k
       obj[k] = cjson.null

@@ -97,6 +97,34 @@ function M.make(pol, code, host, has_nul)
   return run
 end
 
+--- The run's files (`files`, `collect`: corral.workspace) beside its code: the records the
+-- launcher unpacks, and the empty file it writes what it collects into. `o.main`: the file of
+-- `files` that runs instead of the code (args[1]).
+-- @return true, or nil, message, code
+function M.write_files(run, o)
+  local ws = require "corral.workspace"
+  run.main = o.main
+  if o.files then
+    run.files_in = run.top .. "/in"
+    local ok, err, ecode = core.write_file(run.files_in, ws.pack(o.files), 256)   -- 0400
+    if not ok then return nil, err, ecode end
+  end
+  if o.collect then
+    run.files_out = run.top .. "/out"
+    local ok, err, ecode = core.write_file(run.files_out, "", 384)                -- 0600
+    if not ok then return nil, err, ecode end
+  end
+  return true
+end
+
+--- What the launcher collected, read back: the result's `files`, and how the list was cut.
+local function read_collected(run)
+  local f = io.open(run.files_out, "rb")
+  local data = f and f:read("a") or ""
+  if f then f:close() end
+  return require("corral.workspace").unpack(data)
+end
+
 --- The end of a run: its result from the policy, its directory and uid given back, then
 -- `done(result, message, code, raw)`.
 function M.finisher(pol, o, run, host, done)
@@ -107,6 +135,13 @@ function M.finisher(pol, o, run, host, done)
       pok, rerr, rcode = true, "EZYGOTE: the warm interpreter did not run the program: " .. raw.launch_error, "EZYGOTE"
     else
       pok, res, rerr, rcode = pcall(pol.result, pol, raw, o, run, host)
+    end
+    if pok and res and run.files_out then
+      local info
+      res.files, info = read_collected(run)
+      -- what cut the list short; "lost": the launcher was killed while it wrote
+      res.files_truncated = #info.flags > 0 and info.flags or nil
+      if not info.complete then res.files_truncated = { "lost" } end
     end
     local cerr = cleanup(run)
     if not pok then
@@ -131,7 +166,8 @@ function M.spawn_options(pol, o, host, extra, zygote)
     kill_on_overflow = (extra and extra.kill_on_overflow) or pol.kill_on_overflow or false,
     report = true,
     timeout = o.timeout,
-    grace = pol.grace or 0.2,
+    -- collecting happens after the run's last process, a stop's included: time for it
+    grace = (pol.grace or 0.2) + (o.collect and 1 or 0),
   }
 end
 
@@ -147,6 +183,11 @@ end
 function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
   local run, err, ecode = M.make(pol, code, host)
   if not run then return nil, err, ecode end
+  if o.files or o.collect or o.main then
+    local ok
+    ok, err, ecode = M.write_files(run, o)
+    if not ok then cleanup(run) return nil, err, ecode end
+  end
   local zygote
   if use_zygote then
     zygote, err, ecode = warm.get(pol, o)

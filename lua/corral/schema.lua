@@ -9,7 +9,8 @@
 -- An entry of `M.run`:
 --   name      the library's name (run_python's): the key of an options table
 --   kind      "number", "integer", "boolean", "string", "policy" (a name, a path or a policy
---             table) or "env" (a table of NAME = value strings)
+--             table), "env" (a table of NAME = value strings), "files", "args" or "collect"
+--             (lists: corral.workspace checks them)
 --   min, max  for numbers: the accepted range; it rejects the absurd (a negative timeout, a
 --             10 TB memory limit), not the merely large: a policy narrows it with its maxima
 --   unit      of a number, as the option table shows it
@@ -18,6 +19,7 @@
 --   flag      `corral run`'s flag (nil: none), with `metavar` for its value; `file`: the flag
 --             names a file whose bytes are the value; `cli_doc`: the flag's line when it
 --             differs from `doc`
+--   repeated  the flag may be given more than once: its values make a list
 --   json      true: a field of `POST /v1/run` with the same name
 --   eval      eval_in_sandbox's option for it: `{name, default, scale (its value times scale
 --             is the run's), json (a field of POST /v1/eval)}`
@@ -67,6 +69,20 @@ M.run = {
     doc = "interpreter: a path, or a name looked up in the sandbox's PATH" },
   { name = "env", kind = "env",
     doc = "extra environment variables, NAME = value" },
+  { name = "files", kind = "files", default_doc = "none", flag = "--file", metavar = "LOCAL[=PATH]", json = true,
+    repeated = true,
+    doc = "files made in the work dir before the program starts: a list of {path (relative), content "
+      .. "(bytes; base64 over JSON), mode (default 0644)}; args[1] may name one to run instead of code",
+    cli_doc = "copy the local file LOCAL into the work dir, as PATH (default: its base name); repeatable" },
+  { name = "args", kind = "args", default_doc = "none", json = true,
+    doc = "the program's sys.argv[1:] (with code) or its sys.argv (without: args[1] names the file of "
+      .. "`files` that runs)" },
+  { name = "collect", kind = "collect", default_doc = "none", flag = "--collect", metavar = "GLOB", json = true,
+    repeated = true,
+    doc = "files handed back in `files` after the run, however it ended: globs relative to the work dir "
+      .. "(`*.png`, `out/**`), or true for every file the run made or changed",
+    cli_doc = "hand back the work dir's files matching GLOB (relative; ** for any depth), written under "
+      .. "--out-dir; repeatable" },
 }
 
 --- `corral serve`'s settings that have a flag (serve.start takes more from Lua). `file`: the
@@ -176,7 +192,7 @@ function M.eval_to_run(opts)
 end
 
 local JSON_TYPE = { number = "number", integer = "integer", boolean = "boolean", string = "string",
-                    policy = "string" }
+                    policy = "string", files = "array", args = "array", collect = "array or boolean" }
 
 --- The JSON fields of a route's body and their JSON types ("integer": a whole number), `code`
 -- included: "run" (POST /v1/run, the library's names) or "eval" (POST /v1/eval, eval_in_sandbox's).

@@ -21,6 +21,7 @@ local policy = require "corral.policy"
 local hostmod = require "corral.host"
 local result = require "corral.result"
 local schema = require "corral.schema"
+local workspace = require "corral.workspace"
 
 local M = {}
 
@@ -216,6 +217,7 @@ end
 -- Check the object's fields against `fields` (name → JSON type). null counts as absent.
 -- @return code, opts (everything but `code`); or nil, reject
 local function check_fields(obj, fields)
+  -- (code false: the file of `files` that args[0] names runs)
   local opts = {}
   for _, k in ipairs(sorted_keys(obj)) do
     local v = obj[k]
@@ -227,9 +229,10 @@ local function check_fields(obj, fields)
     if v ~= cjson.null then
       local got = json_type(v)
       local fits = got == want or (want == "integer" and got == "number")
+        or (want == "array or boolean" and (got == "array" or got == "boolean"))
       if not fits then
         return nil, reject(400, "invalid_field", "field '" .. k .. "' must be a"
-          .. (want == "integer" and "n integer" or " " .. want) .. ", got " .. got, k)
+          .. ((want == "integer" or want:sub(1, 1) == "a") and "n " or " ") .. want .. ", got " .. got, k)
       end
       if want == "integer" and (v ~= v or v == math.huge or v == -math.huge or floor(v) ~= v) then
         return nil, reject(400, "invalid_field", "field '" .. k .. "' must be a whole number, got " .. tostring(v), k)
@@ -240,10 +243,29 @@ local function check_fields(obj, fields)
     end
   end
   local code = opts.code
-  if code == nil then
-    return nil, reject(400, "missing_field", "field 'code' is required: the Python source to run", "code")
-  end
   opts.code = nil
+  if opts.files ~= nil then
+    -- contents come in base64
+    local files, why = workspace.from_json(opts.files)
+    if not files then return nil, reject(400, "invalid_field", why, "files") end
+    opts.files = files
+  end
+  if code == nil then
+    -- or the file of `files` that args[0] names
+    if not (fields.files and type(opts.args) == "table" and opts.args[1] ~= nil and type(opts.files) == "table") then
+      return nil, reject(400, "missing_field", "field 'code' is required: the Python source to run "
+        .. "(or `files` and `args`, args[0] naming the file that runs)", "code")
+    end
+    local named = false
+    for _, e in ipairs(opts.files) do
+      if type(e) == "table" and e.path == opts.args[1] then named = true end
+    end
+    if not named then
+      return nil, reject(400, "invalid_field", "field 'args': without 'code', args[0] must name a file of "
+        .. "'files' (the program that runs), got " .. cjson.encode(opts.args[1]), "args")
+    end
+    code = false
+  end
   return code, opts
 end
 
@@ -601,7 +623,7 @@ function Server:_parse_job(ctx, kind)
   local obj, r = decode_object(ctx.req.body)
   if not obj then return nil, r end
   local code, opts = check_fields(obj, kind == "run" and M.RUN_FIELDS or M.EVAL_FIELDS)
-  if not code then return nil, opts end
+  if code == nil then return nil, opts end
   local pol
   if kind == "run" then
     if opts.policy ~= nil then
@@ -715,7 +737,7 @@ function Server:_start(job)
   end
   local ok, proc, err, ecode
   if job.kind == "run" then
-    ok, proc, err, ecode = pcall(corral.start, job.code, job.plan, on_done)
+    ok, proc, err, ecode = pcall(corral.start, job.code or nil, job.plan, on_done)
   else
     ok, proc, err = pcall(corral.start_eval, job.code, job.plan, function(out, serr, res)
       on_done(out, serr, res)

@@ -1,0 +1,279 @@
+-- A run's files: given before its first instruction (`files`), its arguments (`args`), and the
+-- files it leaves handed back (`collect`) whatever ended it, within the policy's caps, without
+-- following anything the program planted.
+local corral = require "corral"
+local policy = require "corral.policy"
+local core = require "corral.core"
+local H = require "helper"
+
+local function run(code, opts)
+  local res, err, ecode = corral.run_python(code, opts)
+  assert.is_truthy(res, tostring(err) .. " " .. tostring(ecode))
+  return res
+end
+
+local function by_path(files)
+  local t = {}
+  for _, f in ipairs(files or {}) do t[f.path] = f end
+  return t
+end
+
+-- the default policy (PID namespace, the work dir a tmpfs), warm (the zygote forks the program),
+-- and no PID namespace (the work dir on the host, the launcher a subreaper)
+local function policies()
+  return {
+    { "default", "default" },
+    { "warm", "warm" },
+    { "no-pidns", policy.load("default"):extend { pid_namespace = false } },
+  }
+end
+
+describe("workspace", function()
+  local snap
+  before_each(function() snap = H.snapshot() end)
+  after_each(function() assert(corral.close()) H.assert_clean(snap) end)
+
+  describe("bad options are refused before anything runs, naming the entry", function()
+    local cases = {
+      { { { path = "/etc/x", content = "" } }, "entry 1 %('/etc/x'%): the path is absolute" },
+      { { { path = "a/../b", content = "" } }, "entry 1 %('a/%.%./b'%): the path has a '%.%.' segment" },
+      { { { path = "./a", content = "" } }, "has a '%.' segment" },
+      { { { path = "a//b", content = "" } }, "has an empty segment" },
+      { { { path = "a/", content = "" } }, "has an empty segment" },
+      { { { path = "", content = "" } }, "entry 1 %(''%): the path is empty" },
+      { { { path = "a\0b", content = "" } }, "holds a NUL byte" },
+      { { { path = "a", content = "1" }, { path = "a", content = "2" } }, "entry 2 %('a'%): the path is given twice %(entry 1%)" },
+      { { { path = "a", content = "1" }, { path = "a/b", content = "2" } }, "entry 2 %('a/b'%): the path goes through the file of entry 1" },
+      { { { path = "x/y/z", content = "1" }, { path = "x/y", content = "2" } }, "entry 1 %('x/y/z'%): the path goes through the file of entry 2" },
+      { { { path = "a", content = 5 } }, "content must be a string" },
+      { { { path = "a", content = "", mode = 4095 } }, "mode must be 0 to 0777" },
+      { { { path = "a", content = "", mode = 1.5 } }, "mode must be a whole number" },
+      { { { path = "a", content = "", owner = 0 } }, "unknown field 'owner'" },
+      { { x = 1 }, "must be a list" },
+      { "a.txt", "must be a list" },
+      { { ("a"):rep(300) and { path = ("a"):rep(300), content = "" } }, "a name longer than 255 bytes" },
+    }
+    for i, c in ipairs(cases) do
+      it("files #" .. i, function()
+        local ok, err = pcall(corral.run_python, "print(1)", { files = c[1] })
+        assert.is_false(ok)
+        assert.matches("option 'files'", err)
+        assert.matches(c[2], err)
+      end)
+    end
+
+    it("args and collect", function()
+      for _, c in ipairs({
+        { { args = { 1 } }, "option 'args' entry 1 must be a string" },
+        { { args = { "a\0" } }, "option 'args' entry 1 holds a NUL byte" },
+        { { args = "x" }, "option 'args' must be a list" },
+        { { collect = { "/etc/*" } }, "option 'collect' entry 1 %('/etc/%*'%) is absolute" },
+        { { collect = { "../*" } }, "option 'collect' entry 1 %('%.%./%*'%) has a '%.%.' segment" },
+        { { collect = {} }, "option 'collect' is an empty list" },
+        { { collect = { "**/**/**/x" } }, "more than two %*%*" },
+        { { collect = "*.png" }, "option 'collect' must be true or a list" },
+      }) do
+        local ok, err = pcall(corral.run_python, "print(1)", c[1])
+        assert.is_false(ok)
+        assert.matches(c[2], err)
+      end
+      local args = {}
+      for i = 1, 300 do args[i] = "x" end
+      local ok, err = pcall(corral.run_python, "print(1)", { args = args })
+      assert.is_false(ok)
+      assert.matches("option 'args' has 300 entries, more than 256", err)
+    end)
+
+    it("more bytes than the policy allows", function()
+      local small = policy.load("default"):extend { name = "small-in", max_files_in_mb = 1 }
+      local ok, err = pcall(corral.run_python, "print(1)",
+        { policy = small, files = { { path = "big", content = ("x"):rep(1048577) } } })
+      assert.is_false(ok)
+      assert.matches("option 'files' holds 1048577 bytes, over the maximum of 1048576 that policy 'small%-in' allows", err)
+    end)
+
+    it("no code and no file of files named by args[1]", function()
+      local ok, err = pcall(corral.run_python, nil, { files = { { path = "a.py", content = "" } }, args = { "b.py" } })
+      assert.is_false(ok)
+      assert.matches("code must be a string, or nil with args%[1%] naming a file of `files`", err)
+    end)
+  end)
+
+  for _, p in ipairs(policies()) do
+    local name, pol = p[1], p[2]
+
+    it("files are there before the first instruction, with their modes, as the program's (" .. name .. ")", function()
+      local r = run([[
+import os, stat, sys
+for p in ("data/in.csv", "tool.sh", "empty"):
+    st = os.stat(p)
+    print(p, oct(stat.S_IMODE(st.st_mode)), st.st_size, st.st_uid == os.getuid(), st.st_gid == os.getgid())
+print(open("data/in.csv", "rb").read())
+print(sys.argv[1:])
+]], { policy = pol, args = { "one", "two words", "" },
+      files = { { path = "data/in.csv", content = "a,b\n1,\0\255\n" }, { path = "tool.sh", content = "#!/bin/sh\n", mode = 493 },
+                { path = "empty", content = "", mode = 0 } } })
+      assert.are.equal(0, r.returncode, r.stderr)
+      assert.are.equal("data/in.csv 0o644 9 True True\ntool.sh 0o755 10 True True\nempty 0o0 0 True True\n"
+        .. "b'a,b\\n1,\\x00\\xff\\n'\n['one', 'two words', '']\n", r.stdout)
+    end)
+
+    it("args[1] names the file of files that runs (" .. name .. ")", function()
+      local r = run(nil, { policy = pol, args = { "pkg/main.py", "x" },
+        files = { { path = "pkg/main.py", content = "import sys, helper\nprint(sys.argv, helper.V)\n" },
+                  { path = "pkg/helper.py", content = "V = 42\n" } } })
+      -- -I: the script's directory is not on sys.path, as `python3 -I pkg/main.py` has it
+      assert.matches("ModuleNotFoundError: No module named 'helper'", r.stderr)
+      r = run(nil, { policy = pol, args = { "main.py", "x" },
+        files = { { path = "main.py", content = "import sys\nprint(sys.argv)\nraise SystemExit(3)\n" } } })
+      assert.are.equal("['main.py', 'x']\n", r.stdout)
+      assert.are.equal(3, r.returncode)
+    end)
+
+    it("collects by glob, links as links, never a fifo or what a link names (" .. name .. ")", function()
+      local r = run([[
+import os
+os.makedirs("out/deep/er")
+open("out/a.png", "wb").write(b"\x89PNG")
+open("out/deep/er/b.txt", "w").write("b" * 10)
+open("skip.txt", "w").write("no")
+os.symlink("/etc/shadow", "out/shadow.png")
+os.symlink("/etc", "out/etc")
+os.mkfifo("out/fifo.png")
+os.link("out/a.png", "out/hard.png")
+]], { policy = pol, collect = { "out/*.png", "out/**/*.txt", "out/etc/*" } })
+      assert.are.equal(0, r.returncode, r.stderr)
+      local f = by_path(r.files)
+      assert.are.same({ "out/a.png", "out/deep/er/b.txt", "out/hard.png", "out/shadow.png" },
+        (function() local t = {} for _, e in ipairs(r.files) do t[#t + 1] = e.path end return t end)())
+      assert.are.equal("\137PNG", f["out/a.png"].content)
+      assert.are.equal("file", f["out/a.png"].type)
+      assert.is_false(f["out/a.png"].truncated)
+      assert.are.equal("\137PNG", f["out/hard.png"].content)
+      assert.are.equal(("b"):rep(10), f["out/deep/er/b.txt"].content)
+      assert.are.equal("link", f["out/shadow.png"].type)
+      assert.are.equal("/etc/shadow", f["out/shadow.png"].target)
+      assert.is_nil(f["out/shadow.png"].content)
+      assert.is_nil(r.files_truncated)
+    end)
+
+    it("collect = true: what the run made or changed, not what it was given (" .. name .. ")", function()
+      local r = run([[
+open("changed.txt", "a").write("+")
+open("new.txt", "w").write("n")
+import os
+os.rename("moved.txt", "moved2.txt")
+]], { policy = pol, collect = true, files = { { path = "same.txt", content = "s" }, { path = "changed.txt", content = "c" },
+                                             { path = "moved.txt", content = "m" } } })
+      assert.are.equal(0, r.returncode, r.stderr)
+      local f = by_path(r.files)
+      assert.is_nil(f["same.txt"])
+      assert.are.equal("c+", f["changed.txt"].content)
+      assert.are.equal("n", f["new.txt"].content)
+      assert.are.equal("m", f["moved2.txt"].content)
+    end)
+
+    it("collects after a timeout, a memory kill and a background writer (" .. name .. ")", function()
+      local r = run("open('before.txt', 'w').write('x')\nwhile True:\n    pass\n",
+        { policy = pol, timeout = 1, collect = { "*.txt" } })
+      assert.are.equal("timeout", r.reason)
+      assert.are.equal("x", by_path(r.files)["before.txt"].content)
+      r = run("open('before.txt', 'w').write('y')\nb = []\nwhile True:\n    b.append(bytearray(1 << 20))\n",
+        { policy = pol, memory_mb = 64, collect = { "*.txt" } })
+      assert.are.equal("memory", r.reason)
+      assert.are.equal("y", by_path(r.files)["before.txt"].content)
+      -- a child that keeps the file growing: killed with the run, before the file is read
+      r = run([[
+import os, time
+if os.fork() == 0:
+    with open("grow.txt", "a") as f:
+        while True:
+            f.write("g" * 1000); f.flush()
+time.sleep(0.3)
+]], { policy = pol, collect = { "grow.txt" }, file_mb = 64 })
+      local g = by_path(r.files)["grow.txt"]
+      assert.is_truthy(g, r.stderr)
+      -- (read once the writer is dead: its size is final, and what is kept is all of it up to the cap)
+      assert.are.equal(math.min(g.size, 8 * 1048576), #g.content)
+      assert.are.equal(g.size > 8 * 1048576, g.truncated)
+      assert.are.equal(("g"):rep(#g.content), g.content)
+    end)
+  end
+
+  describe("caps", function()
+    local capped = policy.load("default"):extend { name = "capped", max_files_out = 5, max_file_out_mb = 0.001,
+                                                   max_files_out_mb = 0.003 }
+
+    it("a file over the per-file cap comes back truncated, the list cut at the total", function()
+      local r = run([[
+for i in range(4):
+    open("f%d" % i, "wb").write(bytes([65 + i]) * 2000)
+]], { policy = capped, collect = { "*" } })
+      assert.are.equal(4, #r.files)
+      local kept = 0
+      for _, f in ipairs(r.files) do
+        assert.are.equal(2000, f.size)
+        assert.is_true(f.truncated)
+        assert.is_true(#f.content <= 1048)
+        kept = kept + #f.content
+      end
+      assert.are.equal(math.floor(0.003 * 1048576), kept)
+      assert.are.same({ "bytes" }, r.files_truncated)
+    end)
+
+    it("more files than the cap: the list stops, and says so", function()
+      local r = run("for i in range(50):\n    open('f%d' % i, 'w').write('x')\n", { policy = capped, collect = { "*" } })
+      assert.are.equal(5, #r.files)
+      assert.are.same({ "files" }, r.files_truncated)
+    end)
+
+    it("as many tiny files as the work dir holds, a huge file, a deep tree", function()
+      local r = run([[
+import os
+n = 0
+try:
+    while True:
+        open("t%d" % n, "w").close()
+        n += 1
+except OSError as e:
+    print("stopped", e.errno != 0, n > 1000)
+]], { collect = { "*" }, timeout = 30 })
+      assert.are.equal("stopped True True\n", r.stdout)
+      assert.are.equal(100, #r.files)
+      assert.are.same({ "files" }, r.files_truncated)
+      r = run("open('huge', 'wb').write(b'h' * (60 << 20))\n", { collect = { "huge" }, file_mb = 61, memory_mb = 512 })
+      assert.are.equal(0, r.returncode, r.stderr)
+      local h = r.files[1]
+      assert.are.equal(60 * 1048576, h.size)
+      assert.are.equal(8 * 1048576, #h.content)
+      assert.is_true(h.truncated)
+      r = run([[
+import os
+p = "."
+for i in range(100):
+    p = os.path.join(p, "d")
+os.makedirs(p)
+open(os.path.join(p, "leaf"), "w").write("l")
+open(os.path.join("d/d/d", "near"), "w").write("n")
+]], { collect = true })
+      assert.are.equal(0, r.returncode, r.stderr)
+      assert.are.equal("n", by_path(r.files)["d/d/d/near"].content)
+      assert.are.same({ "depth" }, r.files_truncated)
+    end)
+  end)
+
+  it("a name that is not UTF-8 comes back as its bytes, and in JSON as base64 beside a readable one", function()
+    local r = run("open(b'caf\\xe9.txt', 'w').write('c')\n", { collect = { "*.txt" } })
+    assert.are.equal("caf\233.txt", r.files[1].path)
+    local obj = require("corral.result").object(r, nil, nil, {})
+    assert.are.equal("caf\239\191\189.txt", obj.files[1].path)
+    assert.are.equal(core.b64encode("caf\233.txt"), obj.files[1].path_b64)
+    assert.are.equal(core.b64encode("c"), obj.files[1].content)
+  end)
+
+  it("a run without files or collect has no files field", function()
+    local r = run("print(1)\n", {})
+    assert.is_nil(r.files)
+    assert.is_nil(r.files_truncated)
+  end)
+end)
