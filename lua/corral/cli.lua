@@ -184,6 +184,36 @@ local function parse(args, i, flags)
   return opts, pos, rest
 end
 
+-- The start of command `cmd`: its flags parsed from `args` and --help answered.
+-- @param positional whether it takes positional arguments (else one is a usage error)
+-- @return the options, the positional arguments, the usage-error reporter and the arguments
+-- after `--`; or nil and the exit status when that was all
+local function begin(cmd, args, flags, positional)
+  local usage_error = usage_reporter(cmd, args)
+  local opts, pos, rest = parse(args, 2, flags)
+  if not opts then return nil, usage_error(pos, rest) end
+  if opts.help then say(io.stdout, USAGE[cmd]) return nil, 0 end
+  if not positional and (#pos > 0 or #rest > 0) then
+    return nil, usage_error("unexpected argument " .. (pos[1] or rest[1]))
+  end
+  return opts, pos, usage_error, rest
+end
+
+-- lua-cjson for command `cmd`'s --json, or nil once it has said that it is missing.
+local function json_for(cmd)
+  local cjson = json_lib()
+  if not cjson then say(io.stderr, "corral " .. cmd .. ": --json needs lua-cjson (apt-get install lua-cjson)\n") end
+  return cjson
+end
+
+-- `obj` as command `cmd`'s --json output. @return the exit status
+local function print_json(cmd, obj)
+  local cjson = json_for(cmd)
+  if not cjson then return EXIT_SANDBOX end
+  say(io.stdout, json_text(cjson, obj))
+  return 0
+end
+
 -- The whole file (or standard input, for "-").
 -- @return its bytes; or nil and the reason alone ("No such file or directory", "Is a directory"):
 -- the caller's message names the file
@@ -301,12 +331,9 @@ local function write_collected(dir, files)
 end
 
 local function cmd_run(args)
-  local usage_error = usage_reporter("run", args)
-  local opts, pos, bad = parse(args, 2, RUN_FLAGS)
-  if not opts then return usage_error(pos, bad) end
-  if opts.help then say(io.stdout, USAGE.run) return 0 end
+  local opts, pos, usage_error, rest = begin("run", args, RUN_FLAGS, true)
+  if not opts then return pos end   -- (then `pos` is the exit status)
   -- FILE -- ARGS, or -- FILE ARGS
-  local rest = bad
   if #pos == 0 and #rest > 0 then pos[1] = table.remove(rest, 1) end
   if #pos ~= 1 then return usage_error(#pos == 0 and "missing FILE (or - for stdin)" or "only one FILE may be given (the program's arguments go after --)") end
   if #rest > 0 then opts.args = rest end
@@ -323,8 +350,8 @@ local function cmd_run(args)
   end
   local cjson
   if opts.json then
-    cjson = json_lib()
-    if not cjson then say(io.stderr, "corral run: --json needs lua-cjson (apt-get install lua-cjson)\n") return EXIT_SANDBOX end
+    cjson = json_for("run")
+    if not cjson then return EXIT_SANDBOX end
   end
   local code, err = read_file(pos[1])
   if not code then return usage_error("cannot read " .. (pos[1] == "-" and "standard input" or pos[1]) .. ": " .. err) end
@@ -390,23 +417,15 @@ end
 local function yesno(b) return b and "yes" or "no" end
 
 local function cmd_probe(args)
-  local usage_error = usage_reporter("probe", args)
-  local opts, pos, bad = parse(args, 2, PROBE_FLAGS)
-  if not opts then return usage_error(pos, bad) end
-  if opts.help then say(io.stdout, USAGE.probe) return 0 end
-  if #pos > 0 then return usage_error("unexpected argument " .. pos[1]) end
+  local opts, status, usage_error = begin("probe", args, PROBE_FLAGS)
+  if not opts then return status end
   local corral = require "corral"
   local ok, p, err = pcall(corral.probe, opts.policy)
   -- a warm policy's probe ran in its warm interpreter: gone before the command is
   corral.close(5)
   if not ok then return usage_error(flag_error(p, PROBE_FLAGS)) end
   if not p then say(io.stderr, "corral probe: " .. tostring(err) .. "\n") return EXIT_SANDBOX end
-  if opts.json then
-    local cjson = json_lib()
-    if not cjson then say(io.stderr, "corral probe: --json needs lua-cjson\n") return EXIT_SANDBOX end
-    say(io.stdout, json_text(cjson, p))
-    return 0
-  end
+  if opts.json then return print_json("probe", p) end
   local lines = {
     "launcher            " .. p.launcher,
     "effective uid       " .. tostring(p.euid),
@@ -449,18 +468,10 @@ local function cmd_probe(args)
 end
 
 local function cmd_policies(args)
-  local usage_error = usage_reporter("policies", args)
-  local opts, pos, bad = parse(args, 2, POLICIES_FLAGS)
-  if not opts then return usage_error(pos, bad) end
-  if opts.help then say(io.stdout, USAGE.policies) return 0 end
-  if #pos > 0 then return usage_error("unexpected argument " .. pos[1]) end
+  local opts, status = begin("policies", args, POLICIES_FLAGS)
+  if not opts then return status end
   local list = require("corral").policies()
-  if opts.json then
-    local cjson = json_lib()
-    if not cjson then say(io.stderr, "corral policies: --json needs lua-cjson\n") return EXIT_SANDBOX end
-    say(io.stdout, json_text(cjson, list))
-    return 0
-  end
+  if opts.json then return print_json("policies", list) end
   for _, p in ipairs(list) do
     say(io.stdout, string.format("%-12s %s\n             %s\n", p.name, p.description or "", p.path))
   end
@@ -468,11 +479,8 @@ local function cmd_policies(args)
 end
 
 local function cmd_serve(args)
-  local usage_error = usage_reporter("serve", args)
-  local opts, pos, bad = parse(args, 2, SERVE_FLAGS)
-  if not opts then return usage_error(pos, bad) end
-  if opts.help then say(io.stdout, USAGE.serve) return 0 end
-  if #pos > 0 then return usage_error("unexpected argument " .. pos[1]) end
+  local opts, status, usage_error = begin("serve", args, SERVE_FLAGS)
+  if not opts then return status end
   if not json_lib() then say(io.stderr, "corral serve: needs lua-cjson (apt-get install lua-cjson)\n") return EXIT_USAGE end
   local token
   if opts.token then
@@ -510,17 +518,9 @@ end
 
 -- The run options, as README's table (Markdown), or under --json corral.schema's entries.
 local function cmd_options(args)
-  local usage_error = usage_reporter("options", args)
-  local opts, pos, bad = parse(args, 2, POLICIES_FLAGS)
-  if not opts then return usage_error(pos, bad) end
-  if opts.help then say(io.stdout, USAGE.options) return 0 end
-  if #pos > 0 then return usage_error("unexpected argument " .. pos[1]) end
-  if opts.json then
-    local cjson = json_lib()
-    if not cjson then say(io.stderr, "corral options: --json needs lua-cjson\n") return EXIT_SANDBOX end
-    say(io.stdout, json_text(cjson, schema.run))
-    return 0
-  end
+  local opts, status = begin("options", args, POLICIES_FLAGS)
+  if not opts then return status end
+  if opts.json then return print_json("options", schema.run) end
   say(io.stdout, schema.markdown())
   return 0
 end
