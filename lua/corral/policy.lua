@@ -105,6 +105,14 @@ local function check_strings(self, field, t, keyed)
   end
 end
 
+-- A list of names, each matching `pattern` ("holds 'x', not <what>" otherwise).
+local function check_names(self, field, t, pattern, what)
+  check_strings(self, field, t)
+  for _, name in ipairs(t) do
+    if not name:match(pattern) then fail(self, field, "holds '" .. name .. "', not " .. what) end
+  end
+end
+
 -- The numeric run options: each needs a default, and a policy may set its maximum.
 local NUMERIC = require("corral.schema").numeric()
 
@@ -201,17 +209,9 @@ function Policy:check()
   end
 
   if self.deny_syscalls ~= nil then
-    check_strings(self, "deny_syscalls", self.deny_syscalls)
-    for _, name in ipairs(self.deny_syscalls) do
-      if not name:match("^[%l%d_]+$") then fail(self, "deny_syscalls", "holds '" .. name .. "', not a system call name") end
-    end
+    check_names(self, "deny_syscalls", self.deny_syscalls, "^[%l%d_]+$", "a system call name")
   end
-  if self.require ~= nil then
-    check_strings(self, "require", self.require)
-    for _, name in ipairs(self.require) do
-      if not name:match("^[%l%-]+$") then fail(self, "require", "holds '" .. name .. "', not a limits name") end
-    end
-  end
+  if self.require ~= nil then check_names(self, "require", self.require, "^[%l%-]+$", "a limits name") end
   if self.budget_poll_ms ~= nil and (math.type(self.budget_poll_ms) ~= "integer"
       or self.budget_poll_ms < 1 or self.budget_poll_ms > 1000) then
     fail(self, "budget_poll_ms", "must be an integer in 1..1000")
