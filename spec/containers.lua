@@ -24,6 +24,7 @@ local cjson = require("cjson").new()
 -- the case files' checks use busted's assert
 _G.assert = require "luassert"
 local S = require "hostile.support"
+local H = require "helper"
 
 local args = {}
 do
@@ -75,12 +76,7 @@ end
 
 local function sleep(s) os.execute("sleep " .. s) end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = H.read
 
 local function has(list, v)
   for _, x in ipairs(list or {}) do if x == v then return true end end

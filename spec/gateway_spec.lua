@@ -11,12 +11,7 @@ local have_nginx = core.access(NGINX, "x") and core.access(MODULES .. "/ngx_http
 
 local cjson = require "cjson"
 
-local function read(path)
-  local f = assert(io.open(path, "r"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = H.read
 
 local function write(path, s)
   local f = assert(io.open(path, "w"))

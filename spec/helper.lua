@@ -9,15 +9,21 @@ local H = {}
 H.python = "/usr/bin/python3"
 H.root = (core.geteuid() == 0)
 
---- Run a shell command, return its stdout (trimmed) and exit status.
---- A whole file's bytes (raises when it cannot be read).
-function H.read(path)
-  local f = assert(io.open(path, "rb"))
+--- A whole file's bytes, or nil and io.open's message when it cannot be opened.
+function H.try_read(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
   local s = f:read("a")
   f:close()
   return s
 end
 
+--- A whole file's bytes (raises when it cannot be read).
+function H.read(path)
+  return (assert(H.try_read(path)))
+end
+
+--- Run a shell command, return its stdout (trimmed) and exit status.
 function H.sh(cmd)
   local f = io.popen("(" .. cmd .. ") 2>&1")
   local out = f:read("a")

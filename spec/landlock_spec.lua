@@ -32,13 +32,7 @@ def t(name, f):
 
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_file = H.try_read
 
 --- Runs `code` (after PRELUDE) under the launcher with `opts` and the program arguments `...`.
 -- `prefix` (optional) goes before the launcher (the fake-Landlock wrapper).

@@ -12,13 +12,7 @@ local function write(path, content)
   f:close()
 end
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = H.try_read
 
 local function alive(pid)
   -- a zombie (our server's wrapper is gone, and pid 1 of a container may not reap) is dead

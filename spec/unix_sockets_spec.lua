@@ -15,13 +15,7 @@ local SOCKET_DIR = "/var/lib/corral-spec"
 
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = H.try_read
 
 local function pystr(s) return string.format("%q", s) end
 
