@@ -572,6 +572,20 @@ local function prints_case(pol)
     return true
   end
 end
+-- print('hello') given 100 files of 10 KB and handed back all of them (collect "**")
+local FILES100 = {}
+for i = 1, 100 do FILES100[i] = { path = fmt("in/f%03d.bin", i), content = ("x"):rep(10240) } end
+local function files_case(pol)
+  return function()
+    local r, err = corral.run_python(HELLO, { policy = pol_of(pol), files = FILES100, collect = { "**" } })
+    if not r then return false, err end
+    if not r.ok or r.stdout ~= "hello\n" or #r.files ~= 100 or r.files_truncated then
+      return false, "reason " .. tostring(r.reason) .. ", files " .. tostring(r.files and #r.files)
+        .. ", stderr " .. fmt("%q", r.stderr:sub(1, 200))
+    end
+    return true
+  end
+end
 if opt.only.latency then
   add("bare", "bare python3 -I -c", proc_case({ PY, "-I", "-c", HELLO }, "hello\n"))
   add("floor", FLOOR_MODS and "floor: fork of a warmed python3 (no corral)"
@@ -589,6 +603,11 @@ if opt.only.latency then
   end
   if WARM_HEAVY ~= "warm" then
     add("lib_" .. WARM_HEAVY, "corral " .. WARM_HEAVY .. " (library)", lib_case(HELLO, WARM_HEAVY, "hello\n"))
+  end
+  for _, pol in ipairs(POLICIES) do
+    if pol ~= "bwrap" then
+      add("files_" .. pol, "corral " .. pol .. ", 100 files of 10 KB in and out", files_case(pol))
+    end
   end
   for _, pol in ipairs(POLICIES) do
     add("cli_" .. pol, "corral run --json --policy " .. pol .. " (CLI)",
@@ -919,6 +938,14 @@ do
   local r = d and bare and d.median / bare
   target("default median <= 1.10x bare", r and fmt("%.2fx", r), r and r <= 1.10 and not failed_any("lib_default", "bare"),
     k and bare and fmt("with prestart = 0: %.2fx", k.median / bare) or nil)
+end
+do
+  -- runs with files take no launch started ahead: against default with prestart = 0
+  local f, k = stats.files_default, stats["lib_" .. COLD]
+  local d = f and k and (f.median - k.median) * 1000
+  target("100 files of 10 KB in and out add <= 2 ms (default)", d and fmt("%+.2f ms", d),
+    d and d <= 2 and not failed_any("files_default", "lib_" .. COLD),
+    stats.files_warm and stats.lib_warm and fmt("warm: %+.2f ms", (stats.files_warm.median - stats.lib_warm.median) * 1000) or nil)
 end
 do
   local c1, c2 = tp("library", "default", 1), tp("library", "default", 2)
