@@ -142,13 +142,12 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGXFSZ, SIG_IGN);
 
-	memset(&L, 0, sizeof L);
+	launch_init(&L);
 	L.plan = &plan;
 	L.shared = &shared;
 	L.direct = 1;
 	L.direct_maps_err = mapserr;
-	L.sigfd = -1;
-	report_set_fd(plan.report_fd);
+	report_open(&L, plan.report_fd);
 	report_header();
 	if (workspace_open(&L) != 0 || launch_steps(&L) != 0 || mounts_apply(&L) != 0 ||
 	    workspace_in(&L) != 0)
@@ -158,7 +157,7 @@ int main(int argc, char **argv)
 		goto setup_failed;
 	}
 	report_flush();         /* our lines before the program's */
-	mounts_state(mounts, sizeof mounts);
+	mounts_state(&L, mounts, sizeof mounts);
 	do
 		n = write((int)go, mounts, sizeof mounts);
 	while (n < 0 && errno == EINTR);
@@ -171,7 +170,7 @@ int main(int argc, char **argv)
 	init_end((int)out, &o);
 
 setup_failed:
-	budget_cleanup();
+	budget_cleanup(&L);
 	report_flush();
 	_exit(EXIT_SETUP);      /* the program, waiting for its mounts, dies with the namespace */
 }

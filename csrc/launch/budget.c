@@ -59,8 +59,8 @@
  * (mounts_largest_file). They are written "observed NAME N" after "total": the policy names a
  * limit as the run's end only when they show it was reached.
  *
- * The state is this file's: the launcher is one process, the init and program inherit it with
- * fork().
+ * The state is the run's (struct budget_state, L->bud): the launcher makes it, the init and program
+ * inherit it with fork().
  */
 #include "launch.h"
 
@@ -89,51 +89,6 @@
 #define CG_END_MS 1000          /* at the end, how long the run cgroup may take to empty */
 #define CG_NAME_TRIES 8
 
-static struct {
-	int on;                 /* a budget is set: the supervisor ticks */
-	int over;               /* the exceeded line was written */
-	unsigned long long cpu_limit_us;        /* 0: no CPU budget */
-	unsigned long long mem_limit_kb;        /* 0: no memory budget */
-	long long poll_ms, next_ms;
-	long long mem_ms;               /* when the last memory charge was taken */
-	unsigned long long mem_kb;      /* ... and what it was */
-	long long after_ms;             /* the next tick, this long after the end of this one */
-	long clk_tck;
-	unsigned long long page_kb;
-	unsigned long long cpu_us;      /* the highest CPU total measured */
-	unsigned long long live_us;     /* at the last measurement: CPU of the processes alive */
-	unsigned long long integral_ticks;      /* own CPU of every process the ticks saw */
-	unsigned long long peak_kb;     /* the highest memory charged (polling: charged_kb()) or
-					 * memory.peak */
-	/* What the walks saw, for the report's "observed" lines (the reason of the run's end is
-	 * decided from them, never from what the program prints) */
-	const struct plan *plan;
-	int end_seen;                   /* the walk at the program's exit was made */
-	unsigned long long peak_tasks;  /* the most tasks of the run in one walk */
-	unsigned long long peak_vm_kb;  /* the largest address space of one process */
-	/* cgroup mode */
-	int cg;                 /* 1: the run cgroup exists and is in use */
-	int cg_made;            /* 1: it was made (stays set once it is removed) */
-	int cg_parent;          /* DIR (O_PATH) */
-	int cg_dir;             /* DIR/NAME (O_PATH) */
-	int cg_procs;           /* DIR/NAME/cgroup.procs, for the program */
-	int cg_cpu;             /* cpu.stat */
-	int cg_events;          /* memory.events */
-	int cg_peak;            /* memory.peak, or memory.current before Linux 5.19 */
-	int cg_kill;            /* cgroup.kill (Linux 5.14) */
-	char cg_name[48];
-} bud = {
-	.cg_parent = -1, .cg_dir = -1, .cg_procs = -1, .cg_cpu = -1, .cg_events = -1,
-	.cg_peak = -1, .cg_kill = -1,
-};
-
-void budget_state_reset(void)
-{
-	memset(&bud, 0, sizeof bud);
-	bud.cg_parent = bud.cg_dir = bud.cg_procs = bud.cg_cpu = bud.cg_events = -1;
-	bud.cg_peak = bud.cg_kill = -1;
-}
-
 static void close_fd(int *fd)
 {
 	if (*fd >= 0)
@@ -141,13 +96,14 @@ static void close_fd(int *fd)
 	*fd = -1;
 }
 
-static void report_exceeded(const char *what, unsigned long long used, unsigned long long limit)
+static void report_exceeded(struct budget_state *bud, const char *what, unsigned long long used,
+			    unsigned long long limit)
 {
 	struct line l;
 
-	if (bud.over)
+	if (bud->over)
 		return;
-	bud.over = 1;
+	bud->over = 1;
 	line_start(&l, "exceeded ");
 	line_add(&l, what);
 	line_add(&l, " ");
@@ -170,7 +126,9 @@ struct seen {
 
 /* The walk of one tick, and what the previous tick saw (for the integral, below): two
  * generations of the same tables, static so that no tick allocates and nothing big sits on the
- * stack. gen[cur] is the last complete tick. */
+ * stack. gen[cur] is the last complete tick. Kept out of struct launch for its size: only a run's
+ * supervisor walks, in memory no earlier run walked in (corral-launch, the spawner's launcher,
+ * corral-init), so a run's first walk finds the previous generation empty. */
 static struct walk {
 	size_t n;                       /* pids queued */
 	size_t tasks;                   /* pids queued + the extra threads of those read */
@@ -353,14 +311,14 @@ static void read_thread_children(pid_t pid)
 	close(dfd);
 }
 
-static unsigned long long boot_ticks(void)
+static unsigned long long boot_ticks(const struct budget_state *bud)
 {
 	struct timespec ts;
 
 	if (clock_gettime(CLOCK_BOOTTIME, &ts) != 0)
 		return 0;
 	return ((unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec) /
-	       (1000000000ULL / (unsigned long long)bud.clk_tck);
+	       (1000000000ULL / (unsigned long long)bud->clk_tck);
 }
 
 /* Own CPU of a process that the previous walk did not see, as far as it is new: all of it when
@@ -378,7 +336,7 @@ static unsigned long long own_unseen(const struct pstat *s, unsigned long long n
 }
 
 /* One walk of the run, breadth-first from our own children; fills W. */
-static void walk_run(void)
+static void walk_run(const struct budget_state *bud)
 {
 	int g = !W.cur;
 	size_t i;
@@ -391,7 +349,7 @@ static void walk_run(void)
 	W.pages = 0;
 	W.vm_kb = 0;
 	memset(W.slot[g], 0, sizeof W.slot[g]);
-	W.boot[g] = boot_ticks();
+	W.boot[g] = boot_ticks(bud);
 	read_children(AT_FDCWD, "/proc/thread-self/children");
 	for (i = 0; i < W.n && !W.full; i++) {
 		char path[48];
@@ -405,7 +363,7 @@ static void walk_run(void)
 		e->read = 1;
 		e->start = s.start;
 		e->own = s.own;
-		e->rss_kb = s.rss * bud.page_kb;
+		e->rss_kb = s.rss * bud->page_kb;
 		W.full_ticks += s.own + s.children;
 		W.pages += s.rss;
 		if (s.vsize / 1024 > W.vm_kb)
@@ -439,9 +397,9 @@ static unsigned long long tv_us(const struct timeval *tv)
 	return (unsigned long long)tv->tv_sec * 1000000ULL + (unsigned long long)tv->tv_usec;
 }
 
-static unsigned long long ticks_us(unsigned long long ticks)
+static unsigned long long ticks_us(const struct budget_state *bud, unsigned long long ticks)
 {
-	return ticks * 1000000ULL / (unsigned long long)bud.clk_tck;
+	return ticks * 1000000ULL / (unsigned long long)bud->clk_tck;
 }
 
 /* One measurement of the run (see the top of the file); the CPU total is the larger of
@@ -449,7 +407,7 @@ static unsigned long long ticks_us(unsigned long long ticks)
  *   integral  every process's own CPU as the ticks saw it grow,
  * both lower bounds: the first misses the processes the kernel reaped with no trace (their
  * parent ignores SIGCHLD), the second what a process spent after the last tick that saw it. */
-static void measure_walk(int walk)
+static void measure_walk(struct budget_state *bud, int walk)
 {
 	struct rusage ru;
 	unsigned long long reaped = 0, cpu;
@@ -458,21 +416,21 @@ static void measure_walk(int walk)
 	if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
 		reaped = tv_us(&ru.ru_utime) + tv_us(&ru.ru_stime);
 	if (walk) {
-		walk_run();
-		bud.integral_ticks += W.own_new;
-		bud.live_us = ticks_us(W.full_ticks);
-		if (W.tasks > bud.peak_tasks)
-			bud.peak_tasks = W.tasks;
-		if (W.vm_kb > bud.peak_vm_kb)
-			bud.peak_vm_kb = W.vm_kb;
+		walk_run(bud);
+		bud->integral_ticks += W.own_new;
+		bud->live_us = ticks_us(bud, W.full_ticks);
+		if (W.tasks > bud->peak_tasks)
+			bud->peak_tasks = W.tasks;
+		if (W.vm_kb > bud->peak_vm_kb)
+			bud->peak_vm_kb = W.vm_kb;
 	} else {
-		bud.live_us = 0;        /* all reaped: nothing left to walk */
+		bud->live_us = 0;       /* all reaped: nothing left to walk */
 	}
-	cpu = reaped + bud.live_us;
-	if (ticks_us(bud.integral_ticks) > cpu)
-		cpu = ticks_us(bud.integral_ticks);
-	if (cpu > bud.cpu_us)
-		bud.cpu_us = cpu;
+	cpu = reaped + bud->live_us;
+	if (ticks_us(bud, bud->integral_ticks) > cpu)
+		cpu = ticks_us(bud, bud->integral_ticks);
+	if (cpu > bud->cpu_us)
+		bud->cpu_us = cpu;
 }
 
 /* Proportional set size of a process, KiB ("Pss:" of /proc/PID/smaps_rollup: each shared
@@ -500,14 +458,16 @@ static long long read_pss_kb(pid_t pid)
  * Over the budget, the run ends at this tick: the sum still goes on to its last process, so that
  * the peak is what the run held, and the init of the run's PID namespace first stops every
  * process of it (they are killed next), so that they hold still meanwhile. */
-static unsigned long long charged_kb(unsigned long long rss_kb, unsigned long long held_kb)
+static unsigned long long charged_kb(const struct launch *L, unsigned long long rss_kb,
+				     unsigned long long held_kb)
 {
+	const struct budget_state *bud = &L->bud;
 	unsigned long long kb = held_kb;
 	int over = 0;
 	size_t i;
 
 	rss_kb += held_kb;
-	if (!bud.mem_limit_kb || rss_kb <= bud.mem_limit_kb)
+	if (!bud->mem_limit_kb || rss_kb <= bud->mem_limit_kb)
 		return rss_kb;
 	for (i = 0; i < W.count[W.cur]; i++) {
 		const struct seen *e = &W.gen[W.cur][i];
@@ -517,52 +477,53 @@ static unsigned long long charged_kb(unsigned long long rss_kb, unsigned long lo
 			continue;
 		pss = read_pss_kb(e->pid);
 		kb += pss >= 0 ? (unsigned long long)pss : e->rss_kb;
-		if (kb > bud.mem_limit_kb && !over && held_is_init())
+		if (kb > bud->mem_limit_kb && !over && held_is_init(L))
 			kill(-1, SIGSTOP);      /* the run's namespace: every process but us */
-		over = kb > bud.mem_limit_kb;
+		over = kb > bud->mem_limit_kb;
 	}
 	return kb < rss_kb ? kb : rss_kb;
 }
 
 /* ms to the next tick after a memory charge of kb (see the top of the file). */
-static long long tick_after(unsigned long long kb)
+static long long tick_after(struct budget_state *bud, unsigned long long kb)
 {
-	long long now = now_ms(), dt = now - bud.mem_ms, ms = bud.poll_ms;
-	unsigned long long margin = bud.mem_limit_kb + bud.mem_limit_kb / 4, grew;
+	long long now = now_ms(), dt = now - bud->mem_ms, ms = bud->poll_ms;
+	unsigned long long margin = bud->mem_limit_kb + bud->mem_limit_kb / 4, grew;
 
-	if (bud.mem_ms && kb > bud.mem_kb && kb < margin) {
-		grew = kb - bud.mem_kb;         /* in dt (at least 1) ms: at twice that rate, */
+	if (bud->mem_ms && kb > bud->mem_kb && kb < margin) {
+		grew = kb - bud->mem_kb;        /* in dt (at least 1) ms: at twice that rate, */
 		ms = (long long)((margin - kb) * (unsigned long long)(dt > 0 ? dt : 1) / (2 * grew));
-		if (ms > bud.poll_ms)
-			ms = bud.poll_ms;
+		if (ms > bud->poll_ms)
+			ms = bud->poll_ms;
 		if (ms < 1)
 			ms = 1;
 	}
-	bud.mem_ms = now;
-	bud.mem_kb = kb;
+	bud->mem_ms = now;
+	bud->mem_kb = kb;
 	return ms;
 }
 
 /* The tick in polling mode: 1 when the run is over a budget (the line is written). */
-static int measure_poll(void)
+static int measure_poll(struct launch *L)
 {
+	struct budget_state *bud = &L->bud;
 	unsigned long long kb;
 
-	measure_walk(1);
-	kb = charged_kb(W.pages * bud.page_kb, bud.mem_limit_kb ? held_kb() : 0);
-	if (kb > bud.peak_kb)
-		bud.peak_kb = kb;
-	bud.after_ms = bud.mem_limit_kb ? tick_after(kb) : bud.poll_ms;
+	measure_walk(bud, 1);
+	kb = charged_kb(L, W.pages * bud->page_kb, bud->mem_limit_kb ? held_kb(L) : 0);
+	if (kb > bud->peak_kb)
+		bud->peak_kb = kb;
+	bud->after_ms = bud->mem_limit_kb ? tick_after(bud, kb) : bud->poll_ms;
 	if (W.full) {
-		report_exceeded("tasks", W.tasks, WALK_MAX);
+		report_exceeded(bud, "tasks", W.tasks, WALK_MAX);
 		return 1;
 	}
-	if (bud.cpu_limit_us && bud.cpu_us > bud.cpu_limit_us) {
-		report_exceeded("cpu", (bud.cpu_us + 999) / 1000, bud.cpu_limit_us / 1000);
+	if (bud->cpu_limit_us && bud->cpu_us > bud->cpu_limit_us) {
+		report_exceeded(bud, "cpu", (bud->cpu_us + 999) / 1000, bud->cpu_limit_us / 1000);
 		return 1;
 	}
-	if (bud.mem_limit_kb && kb > bud.mem_limit_kb) {
-		report_exceeded("memory", kb, bud.mem_limit_kb);
+	if (bud->mem_limit_kb && kb > bud->mem_limit_kb) {
+		report_exceeded(bud, "memory", kb, bud->mem_limit_kb);
 		return 1;
 	}
 	return 0;
@@ -668,70 +629,71 @@ static int cg_has(int dfd, const char *file, const char *word)
 	return 0;
 }
 
-static void cg_kill_now(void)
+static void cg_kill_now(const struct budget_state *bud)
 {
 	ssize_t n;
 
-	if (bud.cg_kill < 0)
+	if (bud->cg_kill < 0)
 		return;
 	do
-		n = pwrite(bud.cg_kill, "1", 1, 0);
+		n = pwrite(bud->cg_kill, "1", 1, 0);
 	while (n < 0 && errno == EINTR);
 }
 
 /* 1 when DIR/NAME is still the cgroup we made (the init may have removed it, and a launcher of the
  * same pid in another PID namespace sharing DIR may have made one of that name since). */
-static int cg_ours(void)
+static int cg_ours(const struct budget_state *bud)
 {
 	struct stat a, b;
 
-	return fstat(bud.cg_dir, &a) == 0 &&
-	       fstatat(bud.cg_parent, bud.cg_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	return fstat(bud->cg_dir, &a) == 0 &&
+	       fstatat(bud->cg_parent, bud->cg_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
 	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 /* Empties and removes the run cgroup; once. */
-static void cg_remove(void)
+static void cg_remove(struct budget_state *bud)
 {
 	long long deadline = now_ms() + CG_END_MS;
 
-	if (bud.cg_parent < 0)
+	if (bud->cg_parent < 0)
 		return;
-	close_fd(&bud.cg_procs);
-	close_fd(&bud.cg_cpu);
-	close_fd(&bud.cg_events);
-	close_fd(&bud.cg_peak);
-	while (cg_ours() && unlinkat(bud.cg_parent, bud.cg_name, AT_REMOVEDIR) != 0 &&
+	close_fd(&bud->cg_procs);
+	close_fd(&bud->cg_cpu);
+	close_fd(&bud->cg_events);
+	close_fd(&bud->cg_peak);
+	while (cg_ours(bud) && unlinkat(bud->cg_parent, bud->cg_name, AT_REMOVEDIR) != 0 &&
 	       errno == EBUSY && now_ms() < deadline) {
-		cg_kill_now();          /* still has processes: again, and wait a little */
+		cg_kill_now(bud);       /* still has processes: again, and wait a little */
 		poll(NULL, 0, 10);
 	}
-	close_fd(&bud.cg_kill);
-	close_fd(&bud.cg_dir);
-	close_fd(&bud.cg_parent);
-	bud.cg = 0;
+	close_fd(&bud->cg_kill);
+	close_fd(&bud->cg_dir);
+	close_fd(&bud->cg_parent);
+	bud->cg = 0;
 }
 
 /* The tick in cgroup mode. */
-static int measure_cgroup(void)
+static int measure_cgroup(struct budget_state *bud)
 {
 	long long v;
 
-	if (bud.mem_limit_kb) {
-		v = cg_value(bud.cg_peak);
-		if (v >= 0 && (unsigned long long)v / 1024 > bud.peak_kb)
-			bud.peak_kb = (unsigned long long)v / 1024;
-		if (cg_key(bud.cg_events, "oom_kill") > 0) {
-			report_exceeded("memory", bud.peak_kb, bud.mem_limit_kb);
+	if (bud->mem_limit_kb) {
+		v = cg_value(bud->cg_peak);
+		if (v >= 0 && (unsigned long long)v / 1024 > bud->peak_kb)
+			bud->peak_kb = (unsigned long long)v / 1024;
+		if (cg_key(bud->cg_events, "oom_kill") > 0) {
+			report_exceeded(bud, "memory", bud->peak_kb, bud->mem_limit_kb);
 			return 1;
 		}
 	}
-	if (bud.cpu_limit_us) {
-		v = cg_key(bud.cg_cpu, "usage_usec");
-		if (v >= 0 && (unsigned long long)v > bud.cpu_us)
-			bud.cpu_us = (unsigned long long)v;
-		if (bud.cpu_us > bud.cpu_limit_us) {
-			report_exceeded("cpu", (bud.cpu_us + 999) / 1000, bud.cpu_limit_us / 1000);
+	if (bud->cpu_limit_us) {
+		v = cg_key(bud->cg_cpu, "usage_usec");
+		if (v >= 0 && (unsigned long long)v > bud->cpu_us)
+			bud->cpu_us = (unsigned long long)v;
+		if (bud->cpu_us > bud->cpu_limit_us) {
+			report_exceeded(bud, "cpu", (bud->cpu_us + 999) / 1000,
+					bud->cpu_limit_us / 1000);
 			return 1;
 		}
 	}
@@ -739,25 +701,26 @@ static int measure_cgroup(void)
 }
 
 /* Undoes what cg_setup() did so far; detail gets "DIR (what is wrong)". Returns err. */
-static int cg_fail(int err, char *detail, size_t len, const char *dir, const char *what)
+static int cg_fail(struct budget_state *bud, int err, char *detail, size_t len, const char *dir,
+		   const char *what)
 {
 	snprintf(detail, len, "%s (%s)", dir, what);
-	close_fd(&bud.cg_procs);
-	close_fd(&bud.cg_cpu);
-	close_fd(&bud.cg_events);
-	close_fd(&bud.cg_peak);
-	close_fd(&bud.cg_kill);
-	if (bud.cg_dir >= 0) {
-		close_fd(&bud.cg_dir);
-		unlinkat(bud.cg_parent, bud.cg_name, AT_REMOVEDIR);
+	close_fd(&bud->cg_procs);
+	close_fd(&bud->cg_cpu);
+	close_fd(&bud->cg_events);
+	close_fd(&bud->cg_peak);
+	close_fd(&bud->cg_kill);
+	if (bud->cg_dir >= 0) {
+		close_fd(&bud->cg_dir);
+		unlinkat(bud->cg_parent, bud->cg_name, AT_REMOVEDIR);
 	}
-	close_fd(&bud.cg_parent);
+	close_fd(&bud->cg_parent);
 	return err;
 }
 
 /* A throwaway child moves itself in as the program will (same creds, same cgroup, same fd): 0 or
  * errno. */
-static int cg_try_join(void)
+static int cg_try_join(const struct budget_state *bud)
 {
 	int st;
 	pid_t h = fork();
@@ -765,7 +728,7 @@ static int cg_try_join(void)
 	if (h < 0)
 		return errno;
 	if (h == 0) {
-		ssize_t n = write(bud.cg_procs, "0", 1);
+		ssize_t n = write(bud->cg_procs, "0", 1);
 
 		_exit(n == 1 ? 0 : (errno > 0 && errno < 256 ? errno : EIO));
 	}
@@ -775,13 +738,13 @@ static int cg_try_join(void)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : EIO;
 }
 
-static int cg_open(const char *file, int flags)
+static int cg_open(const struct budget_state *bud, const char *file, int flags)
 {
-	return openat(bud.cg_dir, file, flags | O_CLOEXEC);
+	return openat(bud->cg_dir, file, flags | O_CLOEXEC);
 }
 
 /* Makes and configures the run cgroup: 0, or an errno with detail filled. */
-static int cg_setup(const struct plan *p, char *detail, size_t len)
+static int cg_setup(struct budget_state *bud, const struct plan *p, char *detail, size_t len)
 {
 	const char *dir = p->cgroup;
 	static const char *const need[] = { "memory", "pids" };
@@ -789,112 +752,120 @@ static int cg_setup(const struct plan *p, char *detail, size_t len)
 	char num[32];
 	int i, err;
 
-	bud.cg_parent = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (bud.cg_parent < 0)
-		return cg_fail(errno, detail, len, dir, errno == ENOENT ? "no such directory" :
+	bud->cg_parent = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (bud->cg_parent < 0)
+		return cg_fail(bud, errno, detail, len, dir, errno == ENOENT ? "no such directory" :
 			       "cannot open the directory");
-	if (fstatfs(bud.cg_parent, &sf) != 0)
-		return cg_fail(errno, detail, len, dir, "statfs failed");
+	if (fstatfs(bud->cg_parent, &sf) != 0)
+		return cg_fail(bud, errno, detail, len, dir, "statfs failed");
 	if (sf.f_type != CGROUP2_SUPER_MAGIC)
-		return cg_fail(EINVAL, detail, len, dir, "not in a cgroup2 file system");
+		return cg_fail(bud, EINVAL, detail, len, dir, "not in a cgroup2 file system");
 	for (i = 0; i < 2; i++) {
 		char what[96];
-		int r = cg_has(bud.cg_parent, "cgroup.controllers", need[i]);
+		int r = cg_has(bud->cg_parent, "cgroup.controllers", need[i]);
 
 		if (r < 0)
-			return cg_fail(errno, detail, len, dir, "cannot read cgroup.controllers");
+			return cg_fail(bud, errno, detail, len, dir,
+				       "cannot read cgroup.controllers");
 		if (r == 0) {
 			snprintf(what, sizeof what, "the %s controller is not in its cgroup.controllers",
 				 need[i]);
-			return cg_fail(EOPNOTSUPP, detail, len, dir, what);
+			return cg_fail(bud, EOPNOTSUPP, detail, len, dir, what);
 		}
-		if (cg_has(bud.cg_parent, "cgroup.subtree_control", need[i]) != 1) {
+		if (cg_has(bud->cg_parent, "cgroup.subtree_control", need[i]) != 1) {
 			snprintf(what, sizeof what,
 				 "the %s controller is not enabled in its cgroup.subtree_control",
 				 need[i]);
-			return cg_fail(EOPNOTSUPP, detail, len, dir, what);
+			return cg_fail(bud, EOPNOTSUPP, detail, len, dir, what);
 		}
 	}
 	/* corral-PID, or a suffixed name if a launcher of the same pid (another PID namespace, or
 	 * one killed before it could clean up) left that one: never remove what is not ours. */
 	for (i = 0; i < CG_NAME_TRIES; i++) {
 		if (i == 0)
-			snprintf(bud.cg_name, sizeof bud.cg_name, "corral-%d", (int)getpid());
+			snprintf(bud->cg_name, sizeof bud->cg_name, "corral-%d", (int)getpid());
 		else
-			snprintf(bud.cg_name, sizeof bud.cg_name, "corral-%d-%lld", (int)getpid(),
+			snprintf(bud->cg_name, sizeof bud->cg_name, "corral-%d-%lld", (int)getpid(),
 				 (long long)(now_ms() * 7 + i) % 1000000);
-		if (mkdirat(bud.cg_parent, bud.cg_name, 0755) == 0)
+		if (mkdirat(bud->cg_parent, bud->cg_name, 0755) == 0)
 			break;
 		if (errno != EEXIST)
-			return cg_fail(errno, detail, len, dir, "cannot make the run cgroup in it");
+			return cg_fail(bud, errno, detail, len, dir,
+				       "cannot make the run cgroup in it");
 	}
 	if (i == CG_NAME_TRIES)
-		return cg_fail(EEXIST, detail, len, dir, "no free name for the run cgroup");
-	bud.cg_dir = openat(bud.cg_parent, bud.cg_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (bud.cg_dir < 0) {
+		return cg_fail(bud, EEXIST, detail, len, dir, "no free name for the run cgroup");
+	bud->cg_dir = openat(bud->cg_parent, bud->cg_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (bud->cg_dir < 0) {
 		err = errno;
-		unlinkat(bud.cg_parent, bud.cg_name, AT_REMOVEDIR);
-		return cg_fail(err, detail, len, dir, "cannot open the run cgroup");
+		unlinkat(bud->cg_parent, bud->cg_name, AT_REMOVEDIR);
+		return cg_fail(bud, err, detail, len, dir, "cannot open the run cgroup");
 	}
 	if (p->budget_memory_kb) {
 		snprintf(num, sizeof num, "%llu", p->budget_memory_kb * 1024ULL);
-		if (cg_write(bud.cg_dir, "memory.max", num) != 0)
-			return cg_fail(errno, detail, len, dir, "cannot write memory.max");
+		if (cg_write(bud->cg_dir, "memory.max", num) != 0)
+			return cg_fail(bud, errno, detail, len, dir, "cannot write memory.max");
 	}
 	/* No swap: memory.max must bound what the run holds. Without swap accounting the file is
 	 * absent, and there is nothing to bound. */
-	if (cg_write(bud.cg_dir, "memory.swap.max", "0") != 0 && errno != ENOENT)
-		return cg_fail(errno, detail, len, dir, "cannot write memory.swap.max");
+	if (cg_write(bud->cg_dir, "memory.swap.max", "0") != 0 && errno != ENOENT)
+		return cg_fail(bud, errno, detail, len, dir, "cannot write memory.swap.max");
 	/* An OOM kill takes the whole run, as the polling mode ends it. */
-	cg_write(bud.cg_dir, "memory.oom.group", "1");
+	cg_write(bud->cg_dir, "memory.oom.group", "1");
 	if (p->rlimit[PLAN_RL_NPROC].set) {
 		snprintf(num, sizeof num, "%llu", p->rlimit[PLAN_RL_NPROC].value);
-		if (cg_write(bud.cg_dir, "pids.max", num) != 0)
-			return cg_fail(errno, detail, len, dir, "cannot write pids.max");
+		if (cg_write(bud->cg_dir, "pids.max", num) != 0)
+			return cg_fail(bud, errno, detail, len, dir, "cannot write pids.max");
 	}
-	bud.cg_procs = cg_open("cgroup.procs", O_WRONLY);
-	if (bud.cg_procs < 0)
-		return cg_fail(errno, detail, len, dir, "cannot open the run cgroup's cgroup.procs");
-	err = cg_try_join();
+	bud->cg_procs = cg_open(bud, "cgroup.procs", O_WRONLY);
+	if (bud->cg_procs < 0)
+		return cg_fail(bud, errno, detail, len, dir,
+			       "cannot open the run cgroup's cgroup.procs");
+	err = cg_try_join(bud);
 	if (err)
-		return cg_fail(err, detail, len, dir,
+		return cg_fail(bud, err, detail, len, dir,
 			       "cannot move a process into the run cgroup: the launcher's own cgroup "
 			       "is not in the same delegated subtree");
-	bud.cg_cpu = cg_open("cpu.stat", O_RDONLY);
-	if (bud.cg_cpu < 0)
-		return cg_fail(errno, detail, len, dir, "cannot open the run cgroup's cpu.stat");
-	bud.cg_events = cg_open("memory.events", O_RDONLY);
-	if (bud.cg_events < 0)
-		return cg_fail(errno, detail, len, dir, "cannot open the run cgroup's memory.events");
-	bud.cg_peak = cg_open("memory.peak", O_RDONLY);
-	if (bud.cg_peak < 0)
-		bud.cg_peak = cg_open("memory.current", O_RDONLY);
-	if (bud.cg_peak < 0)
-		return cg_fail(errno, detail, len, dir, "cannot open the run cgroup's memory.current");
-	bud.cg_kill = cg_open("cgroup.kill", O_WRONLY);  /* before Linux 5.14: the kill(2)s do */
-	bud.cg = 1;
-	bud.cg_made = 1;
+	bud->cg_cpu = cg_open(bud, "cpu.stat", O_RDONLY);
+	if (bud->cg_cpu < 0)
+		return cg_fail(bud, errno, detail, len, dir,
+			       "cannot open the run cgroup's cpu.stat");
+	bud->cg_events = cg_open(bud, "memory.events", O_RDONLY);
+	if (bud->cg_events < 0)
+		return cg_fail(bud, errno, detail, len, dir,
+			       "cannot open the run cgroup's memory.events");
+	bud->cg_peak = cg_open(bud, "memory.peak", O_RDONLY);
+	if (bud->cg_peak < 0)
+		bud->cg_peak = cg_open(bud, "memory.current", O_RDONLY);
+	if (bud->cg_peak < 0)
+		return cg_fail(bud, errno, detail, len, dir,
+			       "cannot open the run cgroup's memory.current");
+	/* before Linux 5.14: the kill(2)s do */
+	bud->cg_kill = cg_open(bud, "cgroup.kill", O_WRONLY);
+	bud->cg = 1;
+	bud->cg_made = 1;
 	return 0;
 }
 
 /* ---- the supervisor's side ---- */
 
-int budget_prepare(const struct launch *L)
+int budget_prepare(struct launch *L)
 {
+	struct budget_state *bud = &L->bud;
 	const struct plan *p = L->plan;
 	long pagesize;
 
-	bud.plan = p;
+	bud->plan = p;
 	if (!p->cgroup && !p->budget_cpu_ms && !p->budget_memory_kb)
 		return 0;
-	bud.clk_tck = sysconf(_SC_CLK_TCK);
-	if (bud.clk_tck <= 0)
-		bud.clk_tck = 100;
+	bud->clk_tck = sysconf(_SC_CLK_TCK);
+	if (bud->clk_tck <= 0)
+		bud->clk_tck = 100;
 	pagesize = sysconf(_SC_PAGESIZE);
-	bud.page_kb = pagesize >= 1024 ? (unsigned long long)pagesize / 1024 : 4;
+	bud->page_kb = pagesize >= 1024 ? (unsigned long long)pagesize / 1024 : 4;
 	if (p->cgroup) {
 		char detail[PATH_MAX + 160];
-		int err = cg_setup(p, detail, sizeof detail);
+		int err = cg_setup(bud, p, detail, sizeof detail);
 
 		if (err && p->cgroup_require) {
 			report_fatal(W_CGROUP, err, detail);
@@ -905,30 +876,31 @@ int budget_prepare(const struct launch *L)
 		else
 			report_applied("cgroup");
 	}
-	bud.cpu_limit_us = p->budget_cpu_ms * 1000ULL;
-	bud.mem_limit_kb = p->budget_memory_kb;
-	bud.poll_ms = p->budget_poll_ms ? p->budget_poll_ms : PLAN_POLL_MS_DEFAULT;
+	bud->cpu_limit_us = p->budget_cpu_ms * 1000ULL;
+	bud->mem_limit_kb = p->budget_memory_kb;
+	bud->poll_ms = p->budget_poll_ms ? p->budget_poll_ms : PLAN_POLL_MS_DEFAULT;
 	if (p->budget_cpu_ms)
 		report_applied_num("budget-cpu", p->budget_cpu_ms);
 	if (p->budget_memory_kb)
 		report_applied_num("budget-memory", p->budget_memory_kb);
 	if (p->budget_cpu_ms || p->budget_memory_kb) {
-		report_applied_num("budget-poll", (unsigned long long)bud.poll_ms);
-		bud.on = 1;
-		bud.next_ms = now_ms() + bud.poll_ms;
-		bud.after_ms = bud.poll_ms;
+		report_applied_num("budget-poll", (unsigned long long)bud->poll_ms);
+		bud->on = 1;
+		bud->next_ms = now_ms() + bud->poll_ms;
+		bud->after_ms = bud->poll_ms;
 	}
 	return 0;
 }
 
-int budget_join(void)
+int budget_join(const struct launch *L)
 {
+	const struct budget_state *bud = &L->bud;
 	ssize_t n;
 
-	if (bud.cg_procs < 0)
+	if (bud->cg_procs < 0)
 		return 0;
 	do
-		n = write(bud.cg_procs, "0", 1);
+		n = write(bud->cg_procs, "0", 1);
 	while (n < 0 && errno == EINTR);
 	if (n == 1)
 		return 0;
@@ -937,107 +909,115 @@ int budget_join(void)
 	return -1;
 }
 
-int budget_join_fd(void)
+int budget_join_fd(const struct launch *L)
 {
-	return bud.cg_procs;
+	const struct budget_state *bud = &L->bud;
+	return bud->cg_procs;
 }
 
-void budget_set_join_fd(int fd)
+void budget_set_join_fd(struct launch *L, int fd)
 {
-	bud.cg_procs = fd;
+	struct budget_state *bud = &L->bud;
+	bud->cg_procs = fd;
 }
 
-int budget_active(void)
+int budget_active(const struct launch *L)
 {
-	return bud.on || bud.cg_made;
+	const struct budget_state *bud = &L->bud;
+	return bud->on || bud->cg_made;
 }
 
-int budget_wait_ms(void)
+int budget_wait_ms(const struct launch *L)
 {
+	const struct budget_state *bud = &L->bud;
 	long long left;
 
-	if (!bud.on || bud.over)
+	if (!bud->on || bud->over)
 		return -1;
-	left = bud.next_ms - now_ms();
+	left = bud->next_ms - now_ms();
 	if (left <= 0)
 		return 0;
 	return left > INT_MAX ? INT_MAX : (int)left;
 }
 
-int budget_check(void)
+int budget_check(struct launch *L)
 {
+	struct budget_state *bud = &L->bud;
 	int over;
 
-	if (!bud.on || bud.over || now_ms() < bud.next_ms)
+	if (!bud->on || bud->over || now_ms() < bud->next_ms)
 		return 0;
-	over = bud.cg ? measure_cgroup() : measure_poll();
+	over = bud->cg ? measure_cgroup(bud) : measure_poll(L);
 	if (over)
-		cg_kill_now();          /* cgroup mode: the whole run at once, before the sweep */
-	bud.next_ms = now_ms() + (bud.cg ? bud.poll_ms : bud.after_ms);
+		cg_kill_now(bud);       /* cgroup mode: the whole run at once, before the sweep */
+	bud->next_ms = now_ms() + (bud->cg ? bud->poll_ms : bud->after_ms);
 	return over;
 }
 
-void budget_finish(int empty)
+void budget_finish(struct launch *L, int empty)
 {
+	struct budget_state *bud = &L->bud;
 	long long v;
 
-	if (bud.cg) {
+	if (bud->cg) {
 		long long deadline = now_ms() + CG_END_MS;
-		int events = cg_open("cgroup.events", O_RDONLY);
+		int events = cg_open(bud, "cgroup.events", O_RDONLY);
 
 		/* Normally already empty (the supervisor killed and reaped the run): zombies do not
 		 * count as populated. */
-		cg_kill_now();
+		cg_kill_now(bud);
 		while (cg_key(events, "populated") > 0 && now_ms() < deadline)
 			poll(NULL, 0, 5);
 		if (events >= 0)
 			close(events);
-		v = cg_key(bud.cg_cpu, "usage_usec");
-		if (v >= 0 && (unsigned long long)v > bud.cpu_us)
-			bud.cpu_us = (unsigned long long)v;
-		v = cg_value(bud.cg_peak);
-		if (v >= 0 && (unsigned long long)v / 1024 > bud.peak_kb)
-			bud.peak_kb = (unsigned long long)v / 1024;
-		if (bud.mem_limit_kb && cg_key(bud.cg_events, "oom_kill") > 0)
-			report_exceeded("memory", bud.peak_kb, bud.mem_limit_kb);
-		bud.live_us = 0;
-		cg_remove();
-	} else if (bud.on) {
-		measure_walk(!empty);   /* what is still alive: normally nothing, the run was
-					 * reaped */
+		v = cg_key(bud->cg_cpu, "usage_usec");
+		if (v >= 0 && (unsigned long long)v > bud->cpu_us)
+			bud->cpu_us = (unsigned long long)v;
+		v = cg_value(bud->cg_peak);
+		if (v >= 0 && (unsigned long long)v / 1024 > bud->peak_kb)
+			bud->peak_kb = (unsigned long long)v / 1024;
+		if (bud->mem_limit_kb && cg_key(bud->cg_events, "oom_kill") > 0)
+			report_exceeded(bud, "memory", bud->peak_kb, bud->mem_limit_kb);
+		bud->live_us = 0;
+		cg_remove(bud);
+	} else if (bud->on) {
+		/* what is still alive: normally nothing, the run was reaped */
+		measure_walk(bud, !empty);
 	}
 }
 
 /* Before the run is torn down (which the host may cut short): a measure of everything alive
  * now, for the total written ahead of the teardown. No exceeded line: the run is ending anyway. */
-void budget_measure_now(void)
+void budget_measure_now(struct launch *L)
 {
+	struct budget_state *bud = &L->bud;
 	long long v;
 
-	if (bud.cg) {
-		v = cg_key(bud.cg_cpu, "usage_usec");
-		if (v >= 0 && (unsigned long long)v > bud.cpu_us)
-			bud.cpu_us = (unsigned long long)v;
-		v = cg_value(bud.cg_peak);
-		if (v >= 0 && (unsigned long long)v / 1024 > bud.peak_kb)
-			bud.peak_kb = (unsigned long long)v / 1024;
-		bud.live_us = 0;        /* usage_usec counts the live processes too */
-	} else if (bud.on) {
-		measure_walk(1);        /* the CPU; the memory peak is the ticks' (charging the
-					 * memory may take a PSS read of every process) */
+	if (bud->cg) {
+		v = cg_key(bud->cg_cpu, "usage_usec");
+		if (v >= 0 && (unsigned long long)v > bud->cpu_us)
+			bud->cpu_us = (unsigned long long)v;
+		v = cg_value(bud->cg_peak);
+		if (v >= 0 && (unsigned long long)v / 1024 > bud->peak_kb)
+			bud->peak_kb = (unsigned long long)v / 1024;
+		bud->live_us = 0;       /* usage_usec counts the live processes too */
+	} else if (bud->on) {
+		measure_walk(bud, 1);   /* the CPU; the memory peak is the ticks' (charging
+					 * the memory may take a PSS read of every process) */
 	}
 }
 
-void budget_report_total(const struct rusage *ru)
+void budget_report_total(const struct launch *L, const struct rusage *ru)
 {
+	const struct budget_state *bud = &L->bud;
 	struct line l;
-	unsigned long long cpu, peak = bud.peak_kb;
+	unsigned long long cpu, peak = bud->peak_kb;
 
-	if (!bud.on && !bud.cg_made)
+	if (!bud->on && !bud->cg_made)
 		return;
-	cpu = tv_us(&ru->ru_utime) + tv_us(&ru->ru_stime) + bud.live_us;
-	if (bud.cpu_us > cpu)
-		cpu = bud.cpu_us;
+	cpu = tv_us(&ru->ru_utime) + tv_us(&ru->ru_stime) + bud->live_us;
+	if (bud->cpu_us > cpu)
+		cpu = bud->cpu_us;
 	if (ru->ru_maxrss > 0 && (unsigned long long)ru->ru_maxrss > peak)
 		peak = (unsigned long long)ru->ru_maxrss;
 	line_start(&l, "total ");
@@ -1051,18 +1031,19 @@ void budget_report_total(const struct rusage *ru)
  * zombie and its children, which the kernel still counts against RLIMIT_NPROC) are seen however
  * short the run was. Once; one waitid() per call until then. Not after an exit 0, where the count
  * decides nothing: a run that succeeded pays the waitid() calls alone (about 1.5 us each). */
-void budget_observe_exit(pid_t pid)
+void budget_observe_exit(struct launch *L, pid_t pid)
 {
+	struct budget_state *bud = &L->bud;
 	siginfo_t si;
 
-	if (!bud.on || bud.over || bud.end_seen)
+	if (!bud->on || bud->over || bud->end_seen)
 		return;
 	si.si_pid = 0;
 	if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != pid)
 		return;
-	bud.end_seen = 1;
+	bud->end_seen = 1;
 	if (si.si_code != CLD_EXITED || si.si_status != 0)
-		measure_walk(1);
+		measure_walk(bud, 1);
 }
 
 static void report_observed(const char *what, unsigned long long v)
@@ -1080,21 +1061,23 @@ static void report_observed(const char *what, unsigned long long v)
  * BYTES" (the largest file left in the run's own directories, looked for only when RLIMIT_FSIZE
  * was set and the program did not exit 0: the one case where a file at the limit can decide the
  * reason). */
-void budget_report_observed(int wstatus)
+void budget_report_observed(const struct launch *L, int wstatus)
 {
-	if (bud.on) {
+	const struct budget_state *bud = &L->bud;
+	if (bud->on) {
 		/* the program's tasks alone: --rlimit nproc bounds them, the run's other
 		 * processes being added to RLIMIT_NPROC (child.c) */
-		report_observed("tasks", bud.peak_tasks);
-		report_observed("vm", bud.peak_vm_kb);
+		report_observed("tasks", bud->peak_tasks);
+		report_observed("vm", bud->peak_vm_kb);
 	}
-	if (bud.plan && bud.plan->rlimit[PLAN_RL_FSIZE].set &&
+	if (bud->plan && bud->plan->rlimit[PLAN_RL_FSIZE].set &&
 	    !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0))
-		report_observed("file", mounts_largest_file(bud.plan));
+		report_observed("file", mounts_largest_file(L));
 }
 
-void budget_cleanup(void)
+void budget_cleanup(struct launch *L)
 {
-	cg_kill_now();
-	cg_remove();
+	struct budget_state *bud = &L->bud;
+	cg_kill_now(bud);
+	cg_remove(bud);
 }

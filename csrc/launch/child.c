@@ -265,44 +265,27 @@ static int step_close_fds(void)
 }
 
 
-/* The Landlock ruleset, made by the program's parent before the program exists (child_prepare), or
- * not yet. */
-static struct {
-	int done;
-	int rc;                 /* landlock_prepare()'s */
-	struct landlock ll;
-} prepared;
-
 /* In the init, before it starts the program: with --prestart, before the wait, so that the
  * ruleset's paths are opened and its rules added while no run waits. The program enforces it. The
  * paths are opened as the launcher's user, after the mounts, as the program would open them.
  * Without a PID namespace (no init), and for corral-zygote's program (not the init's child), the
  * program makes it itself. */
-void child_prepare(const struct launch *L)
+void child_prepare(struct launch *L)
 {
-	if (prepared.done)
+	if (L->child.prepared.done)
 		return;
-	prepared.rc = landlock_prepare(L->plan, &prepared.ll);
-	prepared.done = 1;
+	L->child.prepared.rc = landlock_prepare(L, &L->child.prepared.ll);
+	L->child.prepared.done = 1;
 }
 
 /* After the program is started: the parent's copy of the ruleset fd is not needed. */
-void child_prepared_close(void)
+void child_prepared_close(struct launch *L)
 {
-	if (prepared.done && prepared.ll.fd >= 0) {
-		close(prepared.ll.fd);
-		prepared.ll.fd = -1;
+	if (L->child.prepared.done && L->child.prepared.ll.fd >= 0) {
+		close(L->child.prepared.ll.fd);
+		L->child.prepared.ll.fd = -1;
 	}
 }
-
-/* The dispositions a program would inherit through execve that are not the default: execve resets a
- * handler, not SIG_IGN. Noted once, in the launcher after it ignored SIGPIPE and SIGXFSZ itself
- * (signals_note): those, and what whoever started the launcher left ignored (nohup's SIGHUP). The
- * launcher installs no handler. */
-static struct {
-	int noted;
-	unsigned long long ignored;     /* bit s-1: signal s (glibc's sigaddset refuses 32, 33) */
-} sigs;
 
 /* sigaction() on the kernel's own terms: glibc answers EINVAL for the real-time signals it keeps
  * for itself (32 and 33), which an ignoring parent still passes on. The kernel's struct, where it
@@ -367,32 +350,35 @@ void signals_reset(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-void signals_note(void)
+/* The dispositions a program would inherit through execve that are not the default (L->child.sigs):
+ * noted in the launcher after it ignored SIGPIPE and SIGXFSZ itself, those and what whoever
+ * started the launcher left ignored (nohup's SIGHUP). The launcher installs no handler. */
+void signals_note(struct launch *L)
 {
 	int s;
 
-	sigs.ignored = 0;
+	L->child.sigs.ignored = 0;
 	for (s = 1; s < NSIG && s <= 64; s++)
 		if (s != SIGKILL && s != SIGSTOP && ksig_ignored(s))
-			sigs.ignored |= 1ULL << (s - 1);
-	sigs.noted = 1;
+			L->child.sigs.ignored |= 1ULL << (s - 1);
+	L->child.sigs.noted = 1;
 }
 
 /* The program before execve: what was noted ignored back to the default, nothing blocked. One
  * system call per such signal (two, as a rule) instead of one per signal; without a note,
  * signals_reset(). Before execve 32 and 33 are reset too: the program's own libc sets them up
  * again. */
-static void signals_reset_exec(void)
+static void signals_reset_exec(const struct launch *L)
 {
 	sigset_t none;
 	int s;
 
-	if (!sigs.noted) {
+	if (!L->child.sigs.noted) {
 		signals_reset();
 		return;
 	}
 	for (s = 1; s < NSIG && s <= 64; s++)
-		if (sigs.ignored & (1ULL << (s - 1)))
+		if (L->child.sigs.ignored & (1ULL << (s - 1)))
 			ksig_default(s);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
@@ -412,16 +398,16 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	if (L->pidns && getsid(0) != getpid())
 		setsid();
 	step_send_pid(errfd);
-	if (budget_join() != 0)                 /* the run cgroup, while we have our uid */
+	if (budget_join(L) != 0)                /* the run cgroup, while we have our uid */
 		die(errfd, W_CGROUP, errno);
 	/* Landlock's paths are opened as the launcher's user, and before a small nofile limit. The
 	 * program may share its parent's memory until execve: it works on a copy of the prepared
 	 * ruleset. */
-	if (prepared.done) {
-		ll = prepared.ll;
-		if (prepared.rc != 0)
+	if (L->child.prepared.done) {
+		ll = L->child.prepared.ll;
+		if (L->child.prepared.rc != 0)
 			die(errfd, ll.what, ll.err);
-	} else if (landlock_prepare(p, &ll) != 0) {
+	} else if (landlock_prepare(L, &ll) != 0) {
 		die(errfd, ll.what, ll.err);
 	}
 	step_rlimits(L);
@@ -437,19 +423,12 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	if (L->run_program)
 		signals_reset();        /* the warm interpreter's handlers too */
 	else
-		signals_reset_exec();
-	if (seccomp_apply(p) != 0)              /* last: nothing of ours is filtered */
+		signals_reset_exec(L);
+	if (seccomp_apply(L) != 0)              /* last: nothing of ours is filtered */
 		die(errfd, W_SECCOMP, errno);
 	report_flush();
 	if (L->run_program)
 		L->run_program(L, errfd);       /* corral-zygote: the warm interpreter runs it */
 	execve(p->program, p->args, p->env);
 	die(errfd, W_EXEC, errno);
-}
-
-void child_state_reset(void)
-{
-	memset(&prepared, 0, sizeof prepared);
-	prepared.ll.fd = -1;
-	memset(&sigs, 0, sizeof sigs);
 }

@@ -1,4 +1,4 @@
-/* held.c: memory the kernel holds for a run outside its processes' pages, which the polled
+/* held->c: memory the kernel holds for a run outside its processes' pages, which the polled
  * memory budget (budget.c) charges besides their resident pages.
  *
  * A process's resident size counts the pages it maps. These it can fill, let go of, and the
@@ -92,7 +92,6 @@ struct sockaddr_nl {
 #define TMPFS_MAGIC 0x01021994
 #endif
 
-#define HELD_MOUNTS (PLAN_MOUNTS_MAX + 1)       /* every --tmpfs and the work tmpfs */
 #define MSG_HEADER 64           /* the kernel's struct msg_msg, per message, rounded up */
 #define SEM_SIZE 64             /* struct sem: cache-line aligned */
 #define MSGMNB 16384            /* the kernel's default bytes (and messages) per queue */
@@ -121,30 +120,24 @@ struct unix_diag_msg {
 	unsigned int ino, cookie[2];
 };
 
+/* The socket inodes of the run's fds, collected afresh by each tick that counts by fds
+ * (ino_collect): scratch, kept out of struct launch for its size. */
 static struct {
-	int init;                       /* 1: this is the init of the run's PID namespace */
-	int ipc;                        /* 1: /proc/sysvipc is the run's */
 	size_t n;
-	int fd[HELD_MOUNTS];            /* O_PATH roots of the run's tmpfs mounts */
-	int diag;                       /* NETLINK_SOCK_DIAG socket, or -1: unix buffers not
-					 * counted */
-	int by_uid;                     /* count only the sockets of uid */
-	int by_fd;                      /* ... and past a sixteenth of the budget, those in fds */
-	unsigned long long budget_kb;
-	uid_t uid;
-	size_t nino;                    /* the run's socket inodes, while counted by fds */
 	unsigned int ino[INO_SLOTS];    /* open addressing; 0: empty */
-} held = { .diag = -1 };
+} inos;
 
-void held_watch_mount(const struct plan *p, const char *path)
+void held_watch_mount(struct launch *L, const char *path)
 {
+	const struct plan *p = L->plan;
+	struct held_state *held = &L->held;
 	int fd;
 
-	if (!p->budget_memory_kb || held.n == HELD_MOUNTS)
+	if (!p->budget_memory_kb || held->n == HELD_MOUNTS)
 		return;
 	fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd >= 0)
-		held.fd[held.n++] = fd;
+		held->fd[held->n++] = fd;
 }
 
 /* Writes a number to /proc/sys/NAME: 0 or an errno. */
@@ -197,32 +190,35 @@ static int bound_ipc(unsigned long long kb)
 	return err;
 }
 
-void held_watch_net(const struct launch *L)
+void held_watch_net(struct launch *L)
 {
 	const struct plan *p = L->plan;
+	struct held_state *held = &L->held;
 
 	if (!p->budget_memory_kb || !L->netns)
 		return;
-	held.by_uid = ns_net_shared();
-	held.by_fd = held.by_uid && !p->has_ids && mounts_proc_made();
-	held.uid = p->has_ids ? p->uid : geteuid();
-	held.budget_kb = p->budget_memory_kb;
-	held.diag = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	held->by_uid = L->net_shared;
+	held->by_fd = held->by_uid && !p->has_ids && L->mounts.proc_made;
+	held->uid = p->has_ids ? p->uid : geteuid();
+	held->budget_kb = p->budget_memory_kb;
+	held->diag = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 }
 
-int held_is_init(void)
+int held_is_init(const struct launch *L)
 {
-	return held.init;
+	return L->held.init;
 }
 
-void held_ipc(const struct plan *p)
+void held_ipc(struct launch *L)
 {
+	const struct plan *p = L->plan;
+	struct held_state *held = &L->held;
 	int err;
 
-	held.init = 1;
+	held->init = 1;
 	if (!p->budget_memory_kb)
 		return;
-	held.ipc = 1;
+	held->ipc = 1;
 	err = bound_ipc(p->budget_memory_kb);
 	if (!err)
 		report_applied("ipc-limits");
@@ -233,15 +229,15 @@ void held_ipc(const struct plan *p)
 }
 
 /* KiB in use in the tmpfs mounts. */
-static unsigned long long tmpfs_kb(void)
+static unsigned long long tmpfs_kb(const struct held_state *held)
 {
 	unsigned long long kb = 0;
 	size_t i;
 
-	for (i = 0; i < held.n; i++) {
+	for (i = 0; i < held->n; i++) {
 		struct statfs sf;
 
-		if (fstatfs(held.fd[i], &sf) != 0 || sf.f_type != TMPFS_MAGIC || sf.f_bfree > sf.f_blocks)
+		if (fstatfs(held->fd[i], &sf) != 0 || sf.f_type != TMPFS_MAGIC || sf.f_bfree > sf.f_blocks)
 			continue;
 		kb += (unsigned long long)(sf.f_blocks - sf.f_bfree) * (unsigned long long)sf.f_bsize /
 		      1024;
@@ -340,8 +336,8 @@ static int ino_has(unsigned int ino)
 {
 	size_t h;
 
-	for (h = ino_hash(ino); held.ino[h]; h = (h + 1) & (INO_SLOTS - 1))
-		if (held.ino[h] == ino)
+	for (h = ino_hash(ino); inos.ino[h]; h = (h + 1) & (INO_SLOTS - 1))
+		if (inos.ino[h] == ino)
 			return 1;
 	return 0;
 }
@@ -350,13 +346,13 @@ static void ino_add(unsigned int ino)
 {
 	size_t h;
 
-	if (!ino || held.nino >= INO_SLOTS / 2)
+	if (!ino || inos.n >= INO_SLOTS / 2)
 		return;
-	for (h = ino_hash(ino); held.ino[h]; h = (h + 1) & (INO_SLOTS - 1))
-		if (held.ino[h] == ino)
+	for (h = ino_hash(ino); inos.ino[h]; h = (h + 1) & (INO_SLOTS - 1))
+		if (inos.ino[h] == ino)
 			return;
-	held.ino[h] = ino;
-	held.nino++;
+	inos.ino[h] = ino;
+	inos.n++;
 }
 
 /* fn(dfd, name) for each entry of the directory dfd whose name starts with a digit (a pid of
@@ -411,15 +407,16 @@ static void ino_collect(void)
 {
 	int dfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-	memset(held.ino, 0, sizeof held.ino);
-	held.nino = 0;
+	memset(inos.ino, 0, sizeof inos.ino);
+	inos.n = 0;
 	if (dfd >= 0)
 		each_numbered(dfd, ino_add_fds);
 }
 
 /* One socket of the dump: its bytes, or 0 when it is not the run's (by_ino: only the sockets
  * of the run's fds count). */
-static unsigned long long unix_one(const struct nlmsghdr *h, int by_ino)
+static unsigned long long unix_one(const struct held_state *held, const struct nlmsghdr *h,
+				   int by_ino)
 {
 	const struct unix_diag_msg *m = NLMSG_DATA(h);
 	const char *a = (const char *)(m + 1), *end = (const char *)h + h->nlmsg_len;
@@ -444,15 +441,15 @@ static unsigned long long unix_one(const struct nlmsghdr *h, int by_ino)
 			unsigned int u;
 
 			memcpy(&u, a + 4, 4);
-			uid_seen = u == (unsigned int)held.uid;
+			uid_seen = u == (unsigned int)held->uid;
 		}
 		a += (len + 3) & ~3;
 	}
-	return held.by_uid && !uid_seen ? 0 : bytes;
+	return held->by_uid && !uid_seen ? 0 : bytes;
 }
 
 /* Bytes held by the unix sockets of one sock_diag dump (by_ino: see unix_one). */
-static unsigned long long unix_dump(int by_ino)
+static unsigned long long unix_dump(const struct held_state *held, int by_ino)
 {
 	struct {
 		struct nlmsghdr h;
@@ -469,10 +466,10 @@ static unsigned long long unix_dump(int by_ino)
 	req.r.family = AF_UNIX;
 	req.r.states = ~0U;
 	req.r.show = UDIAG_SHOW_MEMINFO | UDIAG_SHOW_UID;
-	if (sendto(held.diag, &req, sizeof req, 0, (struct sockaddr *)&nl, sizeof nl) < 0)
+	if (sendto(held->diag, &req, sizeof req, 0, (struct sockaddr *)&nl, sizeof nl) < 0)
 		return 0;
 	for (;;) {
-		ssize_t n = recv(held.diag, buf, sizeof buf, 0);
+		ssize_t n = recv(held->diag, buf, sizeof buf, 0);
 		struct nlmsghdr *h = (struct nlmsghdr *)(void *)buf;
 
 		if (n < 0 && errno == EINTR)
@@ -482,29 +479,30 @@ static unsigned long long unix_dump(int by_ino)
 		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
 			if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR)
 				return sum;
-			sum += unix_one(h, by_ino);
+			sum += unix_one(held, h, by_ino);
 		}
 	}
 }
 
 /* Bytes held by the run's unix sockets (see the top of the file). */
-static unsigned long long unix_bytes(void)
+static unsigned long long unix_bytes(const struct held_state *held)
 {
-	unsigned long long sum = unix_dump(0);
+	unsigned long long sum = unix_dump(held, 0);
 
-	if (!held.by_fd || sum / 1024 <= held.budget_kb / 16)
+	if (!held->by_fd || sum / 1024 <= held->budget_kb / 16)
 		return sum;
 	ino_collect();
-	return unix_dump(1);
+	return unix_dump(held, 1);
 }
 
-unsigned long long held_kb(void)
+unsigned long long held_kb(const struct launch *L)
 {
-	unsigned long long kb = tmpfs_kb();
+	const struct held_state *held = &L->held;
+	unsigned long long kb = tmpfs_kb(held);
 
-	if (held.ipc)
+	if (held->ipc)
 		kb += ipc_bytes() / 1024;
-	if (held.diag >= 0)
-		kb += unix_bytes() / 1024;
+	if (held->diag >= 0)
+		kb += unix_bytes(held) / 1024;
 	return kb;
 }

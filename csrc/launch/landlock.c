@@ -199,7 +199,7 @@ static int fail(struct landlock *ll, enum what w, int err)
  * applied. */
 static int unavailable(const struct plan *p, struct landlock *ll, int err, int net, int scope)
 {
-	if (scope && ns_net_shared())
+	if (scope && ll->net_shared)
 		return fail(ll, W_SHARED_NET, err);
 	if (p->landlock == PLAN_MECH_REQUIRE)
 		return fail(ll, W_LANDLOCK, err);
@@ -261,8 +261,9 @@ static void add_path(const struct landlock *ll, const char *path, __u64 rights)
 
 /* ---- the two halves ---- */
 
-int landlock_prepare(const struct plan *p, struct landlock *ll)
+int landlock_prepare(const struct launch *L, struct landlock *ll)
 {
+	const struct plan *p = L->plan;
 	struct ll_ruleset_attr attr = { 0, 0, 0 };
 	int abi;
 	size_t i;
@@ -272,6 +273,7 @@ int landlock_prepare(const struct plan *p, struct landlock *ll)
 	ll->handled_fs = 0;
 	ll->net = 0;
 	ll->scope = 0;
+	ll->net_shared = L->net_shared;
 	ll->what = W_LANDLOCK;
 	ll->err = 0;
 	if (p->landlock == PLAN_MECH_OFF)
@@ -295,7 +297,7 @@ int landlock_prepare(const struct plan *p, struct landlock *ll)
 	if (p->scope) {
 		if (abi >= LL_ABI_SCOPE) {
 			ll->scope = 1;
-		} else if (ns_net_shared()) {
+		} else if (ll->net_shared) {
 			return fail(ll, W_SHARED_NET, EOPNOTSUPP);
 		} else if (p->landlock == PLAN_MECH_REQUIRE) {
 			return fail(ll, W_LANDLOCK_SCOPE, EOPNOTSUPP);
@@ -320,7 +322,7 @@ int landlock_prepare(const struct plan *p, struct landlock *ll)
 	for (i = 0; i < p->nfs_ro; i++) {
 		/* The host's /proc shows every process (environ, cmdline, maps of the controller's
 		 * uid...): only a /proc of the run's own PID namespace is granted. */
-		if (strcmp(p->fs_ro[i], "/proc") == 0 && !mounts_proc_made()) {
+		if (strcmp(p->fs_ro[i], "/proc") == 0 && !L->mounts.proc_made) {
 			report_refused_at("fs-path", EPERM, "/proc",
 					  "it is the host's /proc (no private one was mounted), so it is "
 					  "not granted");
@@ -331,7 +333,9 @@ int landlock_prepare(const struct plan *p, struct landlock *ll)
 	for (i = 0; i < p->nfs_rw; i++) {
 		/* A --tmpfs path is the run's own only when it was mounted; without the mount it is
 		 * the host's directory (/tmp, /dev/shm...), shared with everyone: not granted. */
-		if (mounts_tmpfs_made(p, p->fs_rw[i]) == 0) {
+		int k = plan_tmpfs_index(p, p->fs_rw[i]);
+
+		if (k >= 0 && !L->mounts.tmpfs_made[k]) {
 			report_refused_at("fs-path", EPERM, p->fs_rw[i],
 					  "its private tmpfs was not mounted, so write access to "
 					  "the host's directory is not granted");

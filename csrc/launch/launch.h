@@ -3,6 +3,7 @@
  *   main.c       corral-launch: the command line, the inherited fds
  *   run.c        the flat list of the launcher's steps for a run (shared with corral-zygote)
  *   plan.c       command line -> struct plan (pure)
+ *   state.c      a run's state, new: launch_init()
  *   report.c     report lines (async-signal-safe), errno names, actionable messages
  *   ns.c         unshare, user namespace id maps; joining a shared network namespace, and its
  *                holder (--net-join, --hold-net)
@@ -28,6 +29,7 @@
 #ifndef CORRAL_LAUNCH_H
 #define CORRAL_LAUNCH_H
 
+#include <limits.h>
 #include <signal.h>
 #include <stddef.h>
 #include <sys/resource.h>
@@ -93,7 +95,131 @@ struct ns_shared {
 	int net_user_err;       /* ... and with one */
 };
 
-/* Shared state of the launcher, filled by its steps. */
+/* ---- the state of one run ----
+ *
+ * What the launcher's files keep for a run is in struct launch, each file's part in a struct of
+ * its own, all of it set by launch_init() (state.c), the one place that makes a run's state new.
+ * A process that forks the next one of the run (the launcher its init, the init its program)
+ * passes it on with its memory; a process that takes up a run afresh (corral-init, corral-zygote's
+ * program) makes its own. The files keep in static variables only what is not one run's: scratch
+ * tables too big for it, filled by one process of a run (budget.c's walk, held.c's socket inodes),
+ * the seccomp filter (seccomp.c: corral-zygote keeps it for many runs), the command line's area
+ * (steps.c: the process's own), the stack the program is started on (supervise.c), and the
+ * pointer to the process's report (report.c). */
+
+/* report.c: the report fd and the lines gathered for it, not yet written */
+struct report_state {
+	int fd;                 /* -1: no report */
+	pid_t owner;            /* the process the pending lines belong to */
+	size_t len;
+	char buf[PIPE_BUF];
+};
+
+/* budget.c: the whole-run budgets and the run cgroup */
+struct budget_state {
+	int on;                 /* a budget is set: the supervisor ticks */
+	int over;               /* the exceeded line was written */
+	unsigned long long cpu_limit_us;        /* 0: no CPU budget */
+	unsigned long long mem_limit_kb;        /* 0: no memory budget */
+	long long poll_ms, next_ms;
+	long long mem_ms;               /* when the last memory charge was taken */
+	unsigned long long mem_kb;      /* ... and what it was */
+	long long after_ms;             /* the next tick, this long after the end of this one */
+	long clk_tck;
+	unsigned long long page_kb;
+	unsigned long long cpu_us;      /* the highest CPU total measured */
+	unsigned long long live_us;     /* at the last measurement: CPU of the processes alive */
+	unsigned long long integral_ticks;      /* own CPU of every process the ticks saw */
+	unsigned long long peak_kb;     /* the highest memory charged (polling: charged_kb()) or
+					 * memory.peak */
+	/* What the walks saw, for the report's "observed" lines (the reason of the run's end is
+	 * decided from them, never from what the program prints) */
+	const struct plan *plan;
+	int end_seen;                   /* the walk at the program's exit was made */
+	unsigned long long peak_tasks;  /* the most tasks of the run in one walk */
+	unsigned long long peak_vm_kb;  /* the largest address space of one process */
+	/* cgroup mode */
+	int cg;                 /* 1: the run cgroup exists and is in use */
+	int cg_made;            /* 1: it was made (stays set once it is removed) */
+	int cg_parent;          /* DIR (O_PATH) */
+	int cg_dir;             /* DIR/NAME (O_PATH) */
+	int cg_procs;           /* DIR/NAME/cgroup.procs, for the program */
+	int cg_cpu;             /* cpu.stat */
+	int cg_events;          /* memory.events */
+	int cg_peak;            /* memory.peak, or memory.current before Linux 5.19 */
+	int cg_kill;            /* cgroup.kill (Linux 5.14) */
+	char cg_name[48];
+};
+
+#define HELD_MOUNTS (PLAN_MOUNTS_MAX + 1)       /* every --tmpfs and the work tmpfs */
+
+/* held.c: what of the kernel's memory the init counts for the run */
+struct held_state {
+	int init;                       /* 1: this is the init of the run's PID namespace */
+	int ipc;                        /* 1: /proc/sysvipc is the run's */
+	size_t n;
+	int fd[HELD_MOUNTS];            /* O_PATH roots of the run's tmpfs mounts */
+	int diag;                       /* NETLINK_SOCK_DIAG socket, or -1: unix buffers not
+					 * counted */
+	int by_uid;                     /* count only the sockets of uid */
+	int by_fd;                      /* ... and past a sixteenth of the budget, those in fds */
+	unsigned long long budget_kb;
+	uid_t uid;
+};
+
+/* mounts.c: which --tmpfs were mounted, and whether /proc is the run's own. The init sets them
+ * before it starts the program, which inherits them (landlock.c asks); corral-zygote's program
+ * gets them as a string (mounts_state). */
+struct mounts_state {
+	unsigned char tmpfs_made[PLAN_MOUNTS_MAX];
+	int proc_made;
+};
+
+/* A ruleset made before the program changes its uid, enforced after PR_SET_NO_NEW_PRIVS. */
+struct landlock {
+	int fd;                 /* the ruleset; -1: nothing to enforce */
+	int abi;                /* the ABI used (the kernel's, capped at the newest known) */
+	unsigned long long handled_fs;  /* filesystem rights the ruleset handles */
+	int net;                /* 1: TCP bind and connect handled (--deny-tcp) */
+	int scope;              /* 1: abstract unix sockets and signals scoped (--scope) */
+	int net_shared;         /* 1: the run shares its network namespace (L->net_shared): the
+				 * scope is required */
+	enum what what;         /* after -1: the fatal step ... */
+	int err;                /* ... and its errno, for die() */
+};
+
+/* workspace.c: the run's files */
+struct workspace_state {
+	/* --files-in and --collect-to, opened while the host's paths are in sight; -1: none */
+	int in_fd;
+	int collect_fd;
+	/* the files unpacked, to tell at collection whether the run changed them (--collect-all) */
+	struct workspace_kept {
+		ino_t ino;
+		struct timespec ctime;
+	} *kept;
+	size_t nkept, kept_cap;
+};
+
+/* child.c: what the program's parent prepared for it */
+struct child_state {
+	/* the Landlock ruleset, made before the program exists (child_prepare), or not yet */
+	struct {
+		int done;
+		int rc;                 /* landlock_prepare()'s */
+		struct landlock ll;
+	} prepared;
+	/* the dispositions not default that the program would inherit through execve (execve
+	 * resets a handler, not SIG_IGN): noted once, in the launcher (signals_note) */
+	struct {
+		int noted;
+		unsigned long long ignored;     /* bit s-1: signal s (glibc's sigaddset refuses 32,
+						 * 33) */
+	} sigs;
+};
+
+/* Shared state of the launcher, filled by its steps, and the state of the run (above). Made by
+ * launch_init() alone. */
 struct launch {
 	const struct plan *plan;
 	int sigfd;              /* signalfd for SIGTERM SIGINT SIGHUP SIGCHLD (blocked) */
@@ -101,6 +227,8 @@ struct launch {
 	gid_t egid;
 	int userns;             /* 1: a user namespace was made */
 	int netns;              /* 1: a network namespace was made */
+	int net_shared;         /* 1: it is shared with other runs: a --net-join holder's, or
+				 * corral-zygote's */
 	int pidns;              /* 1: a PID namespace was made: fork an init */
 	/* Set by the caller of launch_run(): */
 	pid_t parent;           /* the pid getppid() must be (0: not checked) */
@@ -133,10 +261,13 @@ struct launch {
 	 * take slots of --rlimit nproc. The program sets RLIMIT_NPROC to the plan's value plus
 	 * these. */
 	int nproc_beside;
-	/* --files-in and --collect-to, opened while the host's paths are in sight (workspace.c);
-	 * -1: none */
-	int files_in_fd;
-	int collect_fd;
+	/* each file's part of the run */
+	struct report_state report;
+	struct budget_state bud;
+	struct held_state held;
+	struct mounts_state mounts;
+	struct child_state child;
+	struct workspace_state ws;
 };
 
 /* ---- report.c: every function here is async-signal-safe ---- */
@@ -154,8 +285,11 @@ void line_num(struct line *l, unsigned long long v);
 void line_errname(struct line *l, int err);     /* "EPERM", or "E123" */
 void line_send(struct line *l, int fd);         /* appends '\n', one write(), fd < 0: nothing */
 
-void report_set_fd(int fd);
-int report_get_fd(void);
+/* The report of this process from now on: L's, on fd (L->report.fd); NULL: none. Lines are
+ * written to the report of the last call (the one file-level pointer of report.c: every file
+ * reports, from deep callees and from the program between fork and execve). */
+void report_open(struct launch *L, int fd);
+int report_get_fd(void);        /* -1: none */
 void report_header(void);
 void report_applied(const char *name);
 void report_applied_num(const char *name, unsigned long long v);
@@ -179,7 +313,8 @@ const char *what_step(enum what w);             /* the STEP of a fatal line */
 /* ---- run.c ---- */
 
 /* The steps of one run after the command line (run.c): sets L->plan and exits as the program did.
- * The caller zeroes L and sets its parent, shared, seccomp_ready and run_program. */
+ * The caller makes L with launch_init() and sets its parent, shared, seccomp_ready and
+ * run_program. */
 NORETURN void launch_run(struct launch *L, struct plan *plan);
 /* The steps after the report's header and the supervisor's signals (steps.c): session,
  * die-with-parent, budgets, namespaces. 0, or -1 after a fatal line. */
@@ -191,14 +326,9 @@ int launch_steps(struct launch *L);
  * area with argv[0]'s base name and NUL bytes (async-signal-safe; nothing noted: nothing done). */
 char **args_copy(int argc, char **argv);
 void args_hide(void);
-/* corral-zygote's direct run: the state the launcher's files keep for one run (child.c, budget.c,
- * mounts.c, report.c) back to a fresh process's, in a process that shares the zygote's memory
- * with earlier runs. */
-void launch_state_reset(void);
-void child_state_reset(void);
-void budget_state_reset(void);
-void mounts_state_reset(void);
-void report_state_reset(void);
+/* A new run's state in L (state.c): everything zero but the fds, -1; no report yet. Every struct
+ * launch is made by it. */
+void launch_init(struct launch *L);
 /* close_range(from, to) (to -1: no end), with a /proc/self/fd loop before Linux 5.9. */
 void close_fds(int from, int to);
 
@@ -209,36 +339,29 @@ void signals_reset(void);                      /* every disposition default, not
 /* ---- ns.c ---- */
 
 int ns_apply(struct launch *L);                 /* 0, or -1 after a fatal line */
-/* In a new user namespace: our ids (L->euid, L->egid) mapped to themselves. 0, or -1 with errno. */
-int ns_write_own_maps(const struct launch *L);
+/* In a new user namespace: our ids (euid, egid) mapped to themselves. 0, or -1 with errno. */
+int ns_write_own_maps(uid_t euid, gid_t egid);
 /* corral-zygote at start-up: the network namespace of the plan (with the user namespace it needs),
  * once for all runs, and its report lines. 0, or -1 after a fatal line (--net require). */
 int ns_apply_shared(struct launch *L, struct ns_shared *s);
-/* 1 when the run joined the --net-join holder's network namespace, shared with other runs: its
- * program must then get the seccomp socket filter and Landlock's scope, or not run at all. */
-int ns_net_shared(void);
 /* --hold-net: make the namespaces, say "ready", keep them; the exit code. */
 int ns_hold(const struct plan *p);
 
 /* ---- mounts.c ---- */
 
-int mounts_apply(const struct launch *L);       /* in the init, before it forks the program: 0, or
+int mounts_apply(struct launch *L);             /* in the init, before it forks the program: 0, or
 						 * -1 after a fatal line */
-/* For a --tmpfs PATH of the plan: 1 when the init mounted it (the program inherits the answer), 0
- * when not (no mount namespace, or refused); -1: PATH is not a --tmpfs path. */
-int mounts_tmpfs_made(const struct plan *p, const char *path);
-/* 1 when the init mounted a private /proc (only the run's processes in it). */
-int mounts_proc_made(void);
-/* corral-zygote: what the init mounted, as a string of PLAN_MOUNTS_MAX + 1 characters (and the
- * NUL), for a program that did not inherit it from the init; and the program's end of it. */
-void mounts_state(char *buf, size_t len);
-void mounts_state_set(const char *s);
+/* corral-zygote: what the init mounted (L->mounts), as a string of PLAN_MOUNTS_MAX + 1 characters
+ * (and the NUL), for a program that did not inherit it from the init; and the program's end of
+ * it. */
+void mounts_state(const struct launch *L, char *buf, size_t len);
+void mounts_state_set(struct launch *L, const char *s);
 /* "refused private-tmp" / "refused work-tmpfs" for what the plan asked, when there is no mount
  * namespace to make them in; why completes the message. */
 void mounts_refuse(const struct plan *p, int err, const char *why);
 /* The size of the largest regular file in --chdir and the --tmpfs the init mounted (a bounded
  * walk). */
-unsigned long long mounts_largest_file(const struct plan *p);
+unsigned long long mounts_largest_file(const struct launch *L);
 
 /* ---- child.c: the program, between fork and execve ---- */
 
@@ -254,33 +377,23 @@ struct child_msg {
 
 /* In the launcher, once its own dispositions are set: which signals are ignored, for the program to
  * reset. */
-void signals_note(void);
+void signals_note(struct launch *L);
 /* In the program's parent, before the program is started: the Landlock ruleset, which the program
  * then only enforces. */
-void child_prepare(const struct launch *L);
-void child_prepared_close(void);        /* once the program is started */
+void child_prepare(struct launch *L);
+void child_prepared_close(struct launch *L);    /* once the program is started */
 /* parent: the supervisor's getpid() before fork; errfd: write end of the pipe. */
 NORETURN void child_run(const struct launch *L, pid_t parent, int errfd);
 /* The program's failure: {MSG_FATAL, w, err} to the supervisor (the fatal line), and the exit
  * code. */
 NORETURN void child_die(int errfd, enum what w, int err);
 
-/* ---- landlock.c: in the program, called by child_run() ---- */
+/* ---- landlock.c: in the program, called by child_run() (struct landlock: above) ---- */
 
-/* A ruleset made before the program changes its uid, enforced after PR_SET_NO_NEW_PRIVS. */
-struct landlock {
-	int fd;                 /* the ruleset; -1: nothing to enforce */
-	int abi;                /* the ABI used (the kernel's, capped at the newest known) */
-	unsigned long long handled_fs;  /* filesystem rights the ruleset handles */
-	int net;                /* 1: TCP bind and connect handled (--deny-tcp) */
-	int scope;              /* 1: abstract unix sockets and signals scoped (--scope) */
-	enum what what;         /* after -1: the fatal step ... */
-	int err;                /* ... and its errno, for die() */
-};
-
-/* Asks the ABI, makes the ruleset, opens each --fs-ro/--fs-rw path (O_PATH) and adds its rule;
- * writes the refused lines. 0, or -1 when --landlock require cannot be met. */
-int landlock_prepare(const struct plan *p, struct landlock *ll);
+/* Asks the ABI, makes the ruleset, opens each --fs-ro/--fs-rw path (O_PATH) and adds its rule
+ * (what the init mounted: L->mounts); writes the refused lines. 0, or -1 when --landlock require
+ * cannot be met. */
+int landlock_prepare(const struct launch *L, struct landlock *ll);
 /* landlock_restrict_self and the applied lines. 0, or -1 under --landlock require. */
 int landlock_enforce(const struct plan *p, struct landlock *ll);
 /* The kernel's Landlock ABI version, or -errno (ENOSYS, EOPNOTSUPP: disabled at boot). */
@@ -294,7 +407,7 @@ void seccomp_prepare(const struct launch *L);     /* in the launcher, before any
 size_t seccomp_state_size(void);
 void seccomp_state_save(void *buf);
 void seccomp_state_load(const void *buf);
-int seccomp_apply(const struct plan *p);        /* in the program, last before execve: loads it and
+int seccomp_apply(const struct launch *L);      /* in the program, last before execve: loads it and
 						 * reports; -1 with errno: fatal (require) */
 /* In the init, before the program is started (and before --prestart's wait): loads the filter on
  * the init itself, which the program inherits, when nothing the init and program still do is
@@ -331,15 +444,15 @@ struct prog {
 void prog_read(struct prog *c);
 /* The program is gone (or was killed): the fatal line, or status, usage and total; the outcome to
  * mirror. */
-void prog_finish(struct prog *c, struct outcome *out);
+void prog_finish(struct launch *L, struct prog *c, struct outcome *out);
 int reap_one(struct prog *c);           /* 1 reaped a child, 0 none ready, -1 no child left */
 /* The run is being ended before the program was reaped: usage and total so far, flushed (see
  * reap.c). */
-void prog_report_so_far(const struct prog *c);
+void prog_report_so_far(struct launch *L, const struct prog *c);
 /* The init of the program's PID namespace: reaps every process until the program; 1 when asked to
  * end the run (a stop signal from outside the namespace, or over a budget), 0 when the program has
  * ended. */
-int init_wait(struct prog *c);
+int init_wait(struct launch *L, struct prog *c);
 void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace */
 /* The signal the prelude (lua/corral/prelude.lua) flushes the program's output on, and how long
  * a stopped run's program gets to do it before it is killed. */
@@ -376,38 +489,48 @@ long long now_ms(void);                         /* CLOCK_MONOTONIC */
 
 /* ---- held.c: memory the kernel holds for the run, for the polled memory budget ---- */
 
-void held_watch_mount(const struct plan *p, const char *path);  /* the init: a tmpfs it mounted */
-void held_ipc(const struct plan *p);    /* the init, in the run's IPC namespace: bounds, watch */
-void held_watch_net(const struct launch *L);    /* the init, in the run's network namespace */
-unsigned long long held_kb(void);       /* KiB held now (0 when nothing is watched) */
-int held_is_init(void);         /* 1: in the init of the run's PID namespace (held_ipc ran) */
+void held_watch_mount(struct launch *L, const char *path);      /* the init: a tmpfs it mounted */
+void held_ipc(struct launch *L);        /* the init, in the run's IPC namespace: bounds, watch */
+void held_watch_net(struct launch *L);  /* the init, in the run's network namespace */
+unsigned long long held_kb(const struct launch *L);    /* KiB held now (0 when nothing is
+							 * watched) */
+int held_is_init(const struct launch *L);      /* 1: in the init of the run's PID namespace
+						 * (held_ipc ran) */
 
 /* ---- budget.c: whole-run budgets (--budget-*, --cgroup) ---- */
 
 /* The launcher, before the namespaces: the run cgroup, the applied/refused lines. 0, or -1 after a
  * fatal line (--cgroup-require). Without budgets and --cgroup: nothing. */
-int budget_prepare(const struct launch *L);
+int budget_prepare(struct launch *L);
 /* The program, before it changes uid: joins the run cgroup (async-signal-safe). 0, or -1 with
  * errno. */
-int budget_join(void);
+int budget_join(const struct launch *L);
 /* The supervisor (the init or launcher): */
-int budget_join_fd(void);       /* corral-zygote: the run cgroup's cgroup.procs for the program, or
-				 * -1 */
-void budget_set_join_fd(int fd);        /* ... in a program that did not inherit it from the init */
-int budget_active(void);        /* 1: a budget or a run cgroup (the run is killed before the
-				 * final report, and a total line follows usage) */
-int budget_wait_ms(void);       /* ms to the next tick (0: due), or -1: no budget, wait forever */
-int budget_check(void);         /* when the tick is due, measure: 1 when over a budget (the
-				 * exceeded line is written): end the run */
-void budget_finish(int empty);  /* the run is over, before status: final measure (no walk of
-				 * /proc when empty: the caller reaped every process of the run),
-				 * the run cgroup emptied and removed */
-void budget_measure_now(void);  /* the run is about to be torn down: measure it as it is */
-void budget_report_total(const struct rusage *ru);     /* "total", after usage */
-void budget_observe_exit(pid_t pid);    /* before reaping: the program exited? then a last walk */
-void budget_report_observed(int wstatus);       /* the "observed" lines, after total */
-void budget_cleanup(void);      /* the launcher at the end, whatever happened: the run cgroup is
-				 * removed */
+/* corral-zygote: the run cgroup's cgroup.procs for the program, or -1 */
+int budget_join_fd(const struct launch *L);
+/* ... in a program that did not inherit it from the init */
+void budget_set_join_fd(struct launch *L, int fd);
+/* 1: a budget or a run cgroup (the run is killed before the final report, and a total line
+ * follows usage) */
+int budget_active(const struct launch *L);
+/* ms to the next tick (0: due), or -1: no budget, wait forever */
+int budget_wait_ms(const struct launch *L);
+/* when the tick is due, measure: 1 when over a budget (the exceeded line is written): end the
+ * run */
+int budget_check(struct launch *L);
+/* the run is over, before status: final measure (no walk of /proc when empty: the caller reaped
+ * every process of the run), the run cgroup emptied and removed */
+void budget_finish(struct launch *L, int empty);
+/* the run is about to be torn down: measure it as it is */
+void budget_measure_now(struct launch *L);
+/* "total", after usage */
+void budget_report_total(const struct launch *L, const struct rusage *ru);
+/* before reaping: the program exited? then a last walk */
+void budget_observe_exit(struct launch *L, pid_t pid);
+/* the "observed" lines, after total */
+void budget_report_observed(const struct launch *L, int wstatus);
+/* the launcher at the end, whatever happened: the run cgroup is removed */
+void budget_cleanup(struct launch *L);
 
 /* ---- workspace.c ---- */
 

@@ -103,7 +103,7 @@ int main(int argc, char **argv)
 	}
 	step_close_inherited(plan.report_fd);   /* 0b. */
 
-	memset(&L, 0, sizeof L);
+	launch_init(&L);
 	L.parent = plan.parent_pid;
 	launch_run(&L, &plan);                 /* 1.-6. (run.c) */
 }

@@ -45,54 +45,30 @@ void mounts_refuse(const struct plan *p, int err, const char *why)
 		refuse("work-tmpfs", err, why, "the program works in the host's --chdir directory");
 }
 
-/* The path of --tmpfs i, NUL-terminated (plan.c checked its length). */
-/* Which --tmpfs were mounted, and whether /proc is the run's own: the init sets them before it
- * forks the program, which inherits them (landlock.c asks). */
-static unsigned char tmpfs_made[PLAN_MOUNTS_MAX];
-static int proc_made;
-
-void mounts_state_reset(void)
-{
-	memset(tmpfs_made, 0, sizeof tmpfs_made);
-	proc_made = 0;
-}
-
-int mounts_proc_made(void)
-{
-	return proc_made;
-}
-
-void mounts_state(char *buf, size_t len)
+/* What the init mounted (L->mounts) as a string, for corral-zygote's program: 'P' or '-' for
+ * /proc, then 'T' or '-' for each --tmpfs. */
+void mounts_state(const struct launch *L, char *buf, size_t len)
 {
 	size_t i;
 
 	if (len < PLAN_MOUNTS_MAX + 2)
 		return;
-	buf[0] = proc_made ? 'P' : '-';
+	buf[0] = L->mounts.proc_made ? 'P' : '-';
 	for (i = 0; i < PLAN_MOUNTS_MAX; i++)
-		buf[1 + i] = tmpfs_made[i] ? 'T' : '-';
+		buf[1 + i] = L->mounts.tmpfs_made[i] ? 'T' : '-';
 	buf[1 + i] = '\0';
 }
 
-void mounts_state_set(const char *s)
+void mounts_state_set(struct launch *L, const char *s)
 {
 	size_t i;
 
-	proc_made = s[0] == 'P';
+	L->mounts.proc_made = s[0] == 'P';
 	for (i = 0; i < PLAN_MOUNTS_MAX && s[0] && s[1 + i]; i++)
-		tmpfs_made[i] = s[1 + i] == 'T';
+		L->mounts.tmpfs_made[i] = s[1 + i] == 'T';
 }
 
-int mounts_tmpfs_made(const struct plan *p, const char *path)
-{
-	size_t i, n = strlen(path);
-
-	for (i = 0; i < p->ntmpfs; i++)
-		if (p->tmpfs[i].path_len == n && memcmp(p->tmpfs[i].path, path, n) == 0)
-			return tmpfs_made[i];
-	return -1;
-}
-
+/* The path of --tmpfs i, NUL-terminated (plan.c checked its length). */
 static const char *tmpfs_path(const struct plan *p, size_t i, char *buf)
 {
 	memcpy(buf, p->tmpfs[i].path, p->tmpfs[i].path_len);
@@ -149,10 +125,10 @@ static int step_private(void)
 }
 
 /* 2. The controller's /proc/PID/environ and the host's process list go out of sight. */
-static void step_proc(void)
+static void step_proc(struct mounts_state *m)
 {
 	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0) {
-		proc_made = 1;
+		m->proc_made = 1;
 		report_applied("private-proc");
 	}
 	else
@@ -196,8 +172,9 @@ static const char *tmpfs_why(int err)
 }
 
 /* 4. The number of tmpfs mounted; "applied private-tmp" when every one was. */
-static size_t step_tmpfs(const struct plan *p)
+static size_t step_tmpfs(struct launch *L)
 {
+	const struct plan *p = L->plan;
 	char path[PATH_MAX], opts[128];
 	size_t i, mounted = 0;
 	int err = 0;
@@ -208,8 +185,8 @@ static size_t step_tmpfs(const struct plan *p)
 		snprintf(opts, sizeof opts, "mode=1777,size=%llu,nr_inodes=%llu", p->tmpfs[i].size,
 			 inodes_for(p->tmpfs[i].size));
 		if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) == 0) {
-			tmpfs_made[i] = 1;
-			held_watch_mount(p, path);
+			L->mounts.tmpfs_made[i] = 1;
+			held_watch_mount(L, path);
 			mounted++;
 			continue;
 		}
@@ -277,7 +254,7 @@ static int step_ro_binds(const struct plan *p, const int *fds)
 }
 
 /* 6. The program's work dir in memory: private to the run, bounded, gone with it. */
-static void step_work_tmpfs(const struct launch *L)
+static void step_work_tmpfs(struct launch *L)
 {
 	const struct plan *p = L->plan;
 	char opts[160];
@@ -300,18 +277,18 @@ static void step_work_tmpfs(const struct launch *L)
 		       "the program works in the host's --chdir directory");
 		return;
 	}
-	held_watch_mount(p, p->chdir);
+	held_watch_mount(L, p->chdir);
 	report_applied("work-tmpfs");
 }
 
-int mounts_apply(const struct launch *L)
+int mounts_apply(struct launch *L)
 {
 	const struct plan *p = L->plan;
 	int fds[PLAN_MOUNTS_MAX];
 	size_t i;
 	int r = 0;
 
-	held_ipc(p);            /* the init is in the run's IPC namespace: bound it, count it */
+	held_ipc(L);            /* the init is in the run's IPC namespace: bound it, count it */
 	if (step_private() != 0) {                              /* 1 */
 		int err = errno;
 
@@ -322,10 +299,10 @@ int mounts_apply(const struct launch *L)
 			      "reach the host)");
 		return 0;
 	}
-	step_proc();                                            /* 2 */
+	step_proc(&L->mounts);                                  /* 2 */
 	if (step_open_ro_binds(p, fds) != 0)                    /* 3 */
 		return -1;
-	if (step_tmpfs(p) > 0)                                  /* 4 */
+	if (step_tmpfs(L) > 0)                                  /* 4 */
 		r = step_ro_binds(p, fds);                      /* 5 */
 	for (i = 0; i < p->nro_bind; i++)
 		close(fds[i]);
@@ -396,8 +373,9 @@ static void largest_at(const char *path, size_t *left, unsigned long long *max)
  * then fails with EFBIG and SIGXFSZ): the supervisor looks for one where the program could write,
  * in its work dir and its private tmpfs mounts (never the host's /tmp: without a mount namespace
  * only --chdir is the run's own). */
-unsigned long long mounts_largest_file(const struct plan *p)
+unsigned long long mounts_largest_file(const struct launch *L)
 {
+	const struct plan *p = L->plan;
 	char path[PATH_MAX];
 	size_t i, left = SCAN_ENTRIES;
 	unsigned long long max = 0;
@@ -405,7 +383,7 @@ unsigned long long mounts_largest_file(const struct plan *p)
 	if (p->chdir)
 		largest_at(p->chdir, &left, &max);
 	for (i = 0; i < p->ntmpfs; i++)
-		if (tmpfs_made[i])
+		if (L->mounts.tmpfs_made[i])
 			largest_at(tmpfs_path(p, i, path), &left, &max);
 	return max;
 }

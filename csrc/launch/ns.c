@@ -83,12 +83,12 @@ static void format_map(char *buf, size_t len, unsigned a, unsigned b)
  * usual ids and, being non-zero inside, loses every capability at execve. The launcher is not
  * dumpable (main.c), and the kernel then lets only root open its /proc/self files for writing:
  * dumpable for the three open() calls only, before any program exists. */
-static int write_own_maps(const struct launch *L)
+int ns_write_own_maps(uid_t euid, gid_t egid)
 {
 	char map[64];
 	int sg, um, gm, err;
 
-	if (L->euid != 0)
+	if (euid != 0)
 		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 	sg = open("/proc/self/setgroups", O_WRONLY | O_CLOEXEC);  /* absent before Linux 3.19 */
 	err = errno;
@@ -98,7 +98,7 @@ static int write_own_maps(const struct launch *L)
 	gm = open("/proc/self/gid_map", O_WRONLY | O_CLOEXEC);
 	if (gm < 0)
 		err = errno;
-	if (L->euid != 0)
+	if (euid != 0)
 		prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	if ((sg < 0 && err != ENOENT) || um < 0 || gm < 0) {
 		if (sg >= 0)
@@ -118,20 +118,15 @@ static int write_own_maps(const struct launch *L)
 		errno = err;
 		return -1;
 	}
-	snprintf(map, sizeof map, "%u %u 1\n", (unsigned)L->euid, (unsigned)L->euid);
+	snprintf(map, sizeof map, "%u %u 1\n", (unsigned)euid, (unsigned)euid);
 	if (write_close(um, map) != 0) {
 		err = errno;
 		close(gm);
 		errno = err;
 		return -1;
 	}
-	snprintf(map, sizeof map, "%u %u 1\n", (unsigned)L->egid, (unsigned)L->egid);
+	snprintf(map, sizeof map, "%u %u 1\n", (unsigned)egid, (unsigned)egid);
 	return write_close(gm, map);
-}
-
-int ns_write_own_maps(const struct launch *L)
-{
-	return write_own_maps(L);
 }
 
 /* The privileged map writer: forked before unshare(CLONE_NEWUSER), it waits on a pipe for the
@@ -275,7 +270,7 @@ static int try_unshare(struct launch *L, struct attempt *a)
 		return 1;
 	}
 	L->userns = 1;
-	if (write_own_maps(L) != 0) {
+	if (ns_write_own_maps(L->euid, L->egid) != 0) {
 		report_fatal(W_IDMAP, errno, NULL);
 		return -1;
 	}
@@ -311,13 +306,6 @@ static void report_refusal(const struct launch *L, const struct attempt *a, enum
 }
 
 /* ---- a shared network namespace ---- */
-
-static int net_shared;  /* 1: the run joined the holder's namespace (the program inherits it) */
-
-int ns_net_shared(void)
-{
-	return net_shared;
-}
 
 /* Why this run may not share a network namespace, or NULL: see the top of the file. */
 static const char *join_unsafe(const struct plan *p, int *err)
@@ -444,7 +432,7 @@ static int join_holder(struct launch *L, pid_t pid)
 	}
 	if (setns(netfd, CLONE_NEWNET) != 0)
 		goto fail;
-	net_shared = 1;
+	L->net_shared = 1;
 	goto done;
 fail:
 	err = errno;
@@ -507,7 +495,7 @@ static int hold_unshare(const struct plan *p, struct launch *L)
 	if (unshare(CLONE_NEWUSER) != 0)
 		return errno;
 	L->userns = 1;
-	if (write_own_maps(L) != 0 || unshare(CLONE_NEWNET) != 0)
+	if (ns_write_own_maps(L->euid, L->egid) != 0 || unshare(CLONE_NEWNET) != 0)
 		return errno;
 	return 0;
 }
@@ -543,7 +531,7 @@ int ns_hold(const struct plan *p)
 	struct line l;
 	int err = 0, reexec = 0, fd;
 
-	memset(&L, 0, sizeof L);
+	launch_init(&L);
 	L.plan = p;
 	L.euid = geteuid();
 	L.egid = getegid();
@@ -658,7 +646,7 @@ static int report_user_net(const struct launch *L, const struct attempt *net, in
 	if (p->net != PLAN_NET_HOST) {
 		if (net->got) {
 			report_applied("no-network");
-			if (net_shared)
+			if (L->net_shared)
 				report_applied("shared-netns");
 		} else if (p->net == PLAN_NET_REQUIRE) {
 			report_fatal(W_NETNS, net->direct_err ? net->direct_err : net->user_err, NULL);
@@ -687,19 +675,19 @@ int ns_apply(struct launch *L)
 		net.got = s->net_got;
 		/* runs of one zygote share its namespace as runs joined to a holder share the
 		 * holder's: the same walls apply (the socket filter, Landlock's scope) */
-		net_shared = s->net_got;
+		L->net_shared = s->net_got;
 		net.direct_err = s->net_direct_err;
 		net.user_err = s->net_user_err;
 	} else if (p->net != PLAN_NET_HOST && !(p->net_join && try_join(L))) {
 		all.flags |= CLONE_NEWNET;
 	}
-	if (net_shared)
+	if (L->net_shared)
 		net.got = 1;
 	/* The IPC namespace comes with the PID namespace: SysV shared memory, semaphores, message
 	 * queues and POSIX message queues made by the run are private to it and go with it. */
 	if (p->pidns)
 		all.flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC;
-	if (!all.flags && !s && !net_shared) {
+	if (!all.flags && !s && !L->net_shared) {
 		/* no user namespace of the run's: the launcher has the program's uid where the
 		 * kernel counts it, as does everything else of that uid on the host */
 		if (!p->has_ids)
@@ -714,7 +702,7 @@ int ns_apply(struct launch *L)
 	 * that RLIMIT_NPROC counts the run's processes alone, not the zygote's nor other runs'
 	 * (refused: they share the count). */
 	inherited = L->userns;  /* the zygote's or the holder's, shared: none of the run's own */
-	nested = ((s && s->userns) || (!s && net_shared && L->userns)) &&
+	nested = ((s && s->userns) || (!s && L->net_shared && L->userns)) &&
 		 (all.flags & CLONE_NEWPID) != 0;
 	if (nested) {
 		int err = 0;
@@ -725,7 +713,7 @@ int ns_apply(struct launch *L)
 			err = L->direct_maps_err;
 		else if (unshare(CLONE_NEWUSER) != 0)
 			nested = 0;     /* refused: the run stays in the shared one */
-		else if (write_own_maps(L) != 0)
+		else if (ns_write_own_maps(L->euid, L->egid) != 0)
 			err = errno;
 		if (err) {
 			report_fatal(W_IDMAP, err, NULL);
@@ -795,7 +783,7 @@ int ns_apply_shared(struct launch *L, struct ns_shared *s)
 		 * the zygote forks each program into it (setns: CAP_SYS_ADMIN in its own user
 		 * namespace), so without root it needs a user namespace of its own all the same. */
 		if (L->euid != 0 && p->userns != PLAN_USERNS_NEVER && unshare(CLONE_NEWUSER) == 0) {
-			if (write_own_maps(L) != 0) {
+			if (ns_write_own_maps(L->euid, L->egid) != 0) {
 				report_fatal(W_IDMAP, errno, NULL);
 				return -1;
 			}
@@ -811,7 +799,7 @@ int ns_apply_shared(struct launch *L, struct ns_shared *s)
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	s->userns = L->userns;
 	s->net_got = net.got;
-	net_shared = net.got;   /* its runs share it: see ns_apply */
+	L->net_shared = net.got;        /* its runs share it (s->net_got): see ns_apply */
 	s->net_direct_err = net.direct_err;
 	s->net_user_err = net.user_err;
 	L->netns = net.got;

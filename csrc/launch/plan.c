@@ -148,6 +148,16 @@ static const char help_text[] =
 	"launcher ends by SIGKILL; 125 setup failed; 126 execve refused; 127 PROGRAM\n"
 	"not found; 2 bad usage. --kill-uid: 0 done, 125 failed.\n";
 
+int plan_tmpfs_index(const struct plan *p, const char *path)
+{
+	size_t i, n = strlen(path);
+
+	for (i = 0; i < p->ntmpfs; i++)
+		if (p->tmpfs[i].path_len == n && memcmp(p->tmpfs[i].path, path, n) == 0)
+			return (int)i;
+	return -1;
+}
+
 const char *plan_help(void)
 {
 	return help_text;

@@ -138,6 +138,9 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen);
 /* Releases what plan_parse() allocated; safe on a zeroed plan and safe to call twice. */
 void plan_free(struct plan *p);
 
+/* Which --tmpfs PATH is (its index in p->tmpfs), or -1: not a --tmpfs path. Async-signal-safe. */
+int plan_tmpfs_index(const struct plan *p, const char *path);
+
 /* The --help text. */
 const char *plan_help(void);
 

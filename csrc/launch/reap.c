@@ -46,12 +46,12 @@ void prog_read(struct prog *c)
 
 /* The program is gone (or being killed): the fatal line, or status and usage; and what the launcher
  * must do. */
-void prog_finish(struct prog *c, struct outcome *out)
+void prog_finish(struct launch *L, struct prog *c, struct outcome *out)
 {
 	struct rusage ru;
 	int st = c->reaped ? c->wstatus : SIGKILL;  /* never reaped: it died with the tree */
 
-	budget_finish(c->empty);
+	budget_finish(L, c->empty);
 	if (c->have_fatal) {
 		int w = c->fatal_what;
 
@@ -66,9 +66,9 @@ void prog_finish(struct prog *c, struct outcome *out)
 	report_status(st);
 	if (getrusage(RUSAGE_CHILDREN, &ru) == 0) {
 		report_usage(&ru);
-		budget_report_total(&ru);
+		budget_report_total(L, &ru);
 	}
-	budget_report_observed(st);
+	budget_report_observed(L, st);
 	if (WIFSIGNALED(st)) {
 		out->kind = OUTCOME_SIGNAL;
 		out->value = WTERMSIG(st);
@@ -127,7 +127,7 @@ static void add_prog_usage(pid_t pid, struct rusage *ru)
  * reaped) takes a while for a large tree, and the host kills the supervisor once its grace is over:
  * "usage" and "total" as they stand go out first, lower bounds that the lines written after the
  * teardown replace. */
-void prog_report_so_far(const struct prog *c)
+void prog_report_so_far(struct launch *L, const struct prog *c)
 {
 	struct rusage ru, with_c;
 
@@ -136,8 +136,8 @@ void prog_report_so_far(const struct prog *c)
 	with_c = ru;
 	add_prog_usage(c->shown, &with_c);
 	report_usage(&with_c);
-	budget_measure_now();
-	budget_report_total(&ru);       /* the measure counts the program among the processes
+	budget_measure_now(L);
+	budget_report_total(L, &ru);    /* the measure counts the program among the processes
 					 * alive */
 	report_flush();
 }
@@ -172,7 +172,7 @@ int reap_one(struct prog *c)
  * (si_pid 0): the program may not end its own supervision. With a budget, the wait ends at each
  * tick, and a run over budget is ended as on a stop signal. 0: the program ended; 1: over budget;
  * 2: stopped. */
-int init_wait(struct prog *c)
+int init_wait(struct launch *L, struct prog *c)
 {
 	sigset_t set;
 	siginfo_t si;
@@ -186,15 +186,15 @@ int init_wait(struct prog *c)
 	for (;;) {
 		/* Every process of the namespace is re-parented to us: reap them all, until the
 		 * program. */
-		budget_observe_exit(c->pid);
+		budget_observe_exit(L, c->pid);
 		while (reap_one(c) > 0)
 			;
 		if (c->reaped)
 			return 0;
-		if (budget_check())
+		if (budget_check(L))
 			return 1;
 		report_flush();
-		ms = budget_wait_ms();
+		ms = budget_wait_ms(L);
 		if (ms >= 0) {
 			struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 
@@ -278,19 +278,19 @@ void init_watch(struct launch *L, struct prog *c, struct outcome *o)
 	 * killed and reaped. The program ended: what is left of the run may flush its output before
 	 * it dies with the namespace. With a budget the rest of the namespace is killed and reaped
 	 * before the report, so that usage and total count it. */
-	why = init_wait(c);
+	why = init_wait(L, c);
 	if (why) {
-		prog_report_so_far(c);
+		prog_report_so_far(L, c);
 		if (why == 2 && flush)
 			init_flush(c);
 		init_kill_all(c);
 	} else {
 		if (flush)
 			init_flush(c);
-		if (budget_active() || L->collect_fd >= 0)
+		if (budget_active(L) || L->ws.collect_fd >= 0)
 			init_kill_all(c);
 	}
-	prog_finish(c, o);
+	prog_finish(L, c, o);
 	/* every process of the run is dead: its files are as it left them */
 	workspace_collect(L);
 }

@@ -2,10 +2,11 @@
  *
  * Everything here is async-signal-safe (no stdio, no malloc, no locale): the program child uses
  * it between fork and execve. Each line is built in a stack buffer. Lines to the report fd are
- * gathered in a static buffer of PIPE_BUF bytes and written together (report_flush), each write
- * atomic on a pipe: a run's thirty-odd lines take a handful of writes, so the host wakes a
- * handful of times instead of once per line. The buffer remembers which process filled it: a
- * child inherits its parent's lines with fork() and must not write them again.
+ * gathered in the run's buffer of PIPE_BUF bytes (struct report_state, in struct launch) and
+ * written together (report_flush), each write atomic on a pipe: a run's thirty-odd lines take a
+ * handful of writes, so the host wakes a handful of times instead of once per line. The buffer
+ * remembers which process filled it: a child inherits its parent's lines with fork() and must not
+ * write them again.
  */
 #include "launch.h"
 
@@ -17,29 +18,21 @@
 
 _Static_assert(REPORT_LINE_MAX <= PIPE_BUF, "a report line must fit in one atomic write");
 
-static int report_fd = -1;
+/* The report of this process: the one of the struct launch it runs (report_open), which every
+ * file writes to from deep in its steps, and the program between fork and execve; NULL: none.
+ * A forked process has its parent's struct launch at the same address. */
+static struct report_state *rep;
 
-/* Lines not yet written, and the process they belong to. */
-static struct {
-	pid_t owner;
-	size_t len;
-	char buf[PIPE_BUF];
-} pending;
-
-void report_set_fd(int fd)
+void report_open(struct launch *L, int fd)
 {
-	report_fd = fd;
-}
-
-void report_state_reset(void)
-{
-	report_fd = -1;
-	pending.len = 0;
+	rep = L ? &L->report : NULL;
+	if (rep)
+		rep->fd = fd;
 }
 
 int report_get_fd(void)
 {
-	return report_fd;
+	return rep ? rep->fd : -1;
 }
 
 /* ---- line builder ---- */
@@ -102,11 +95,11 @@ static void write_all(int fd, const char *buf, size_t len)
 
 void report_flush(void)
 {
-	if (pending.len == 0 || pending.owner != getpid())
+	if (!rep || rep->len == 0 || rep->owner != getpid())
 		return;         /* nothing, or a parent's lines (a vfork child must not touch them) */
-	if (report_fd >= 0)
-		write_all(report_fd, pending.buf, pending.len);
-	pending.len = 0;
+	if (rep->fd >= 0)
+		write_all(rep->fd, rep->buf, rep->len);
+	rep->len = 0;
 }
 
 void line_send(struct line *l, int fd)
@@ -114,17 +107,17 @@ void line_send(struct line *l, int fd)
 	if (fd < 0)
 		return;
 	l->buf[l->len++] = '\n';
-	if (fd == report_fd) {
+	if (rep && fd == rep->fd) {
 		pid_t self = getpid();
 
-		if (pending.owner != self) {    /* inherited from a parent: theirs to write */
-			pending.owner = self;
-			pending.len = 0;
+		if (rep->owner != self) {       /* inherited from a parent: theirs to write */
+			rep->owner = self;
+			rep->len = 0;
 		}
-		if (pending.len + l->len > sizeof pending.buf)
+		if (rep->len + l->len > sizeof rep->buf)
 			report_flush();
-		memcpy(pending.buf + pending.len, l->buf, l->len);
-		pending.len += l->len;
+		memcpy(rep->buf + rep->len, l->buf, l->len);
+		rep->len += l->len;
 	} else {
 		write_all(fd, l->buf, l->len);
 	}
@@ -138,7 +131,7 @@ void report_header(void)
 	struct line l;
 
 	line_start(&l, "corral-launch 1");
-	line_send(&l, report_fd);
+	line_send(&l, report_get_fd());
 }
 
 void report_applied(const char *name)
@@ -147,7 +140,7 @@ void report_applied(const char *name)
 
 	line_start(&l, "applied ");
 	line_add(&l, name);
-	line_send(&l, report_fd);
+	line_send(&l, report_get_fd());
 }
 
 void report_applied_num(const char *name, unsigned long long v)
@@ -158,7 +151,7 @@ void report_applied_num(const char *name, unsigned long long v)
 	line_add(&l, name);
 	line_add(&l, " ");
 	line_num(&l, v);
-	line_send(&l, report_fd);
+	line_send(&l, report_get_fd());
 }
 
 void report_refused_at(const char *name, int err, const char *what, const char *why)
@@ -175,7 +168,7 @@ void report_refused_at(const char *name, int err, const char *what, const char *
 		line_add(&l, ": ");
 	}
 	line_add(&l, why);
-	line_send(&l, report_fd);
+	line_send(&l, report_get_fd());
 }
 
 void report_refused(const char *name, int err, const char *msg)
@@ -197,7 +190,7 @@ void report_fatal(enum what w, int err, const char *detail)
 		line_add(&l, ": ");
 	}
 	line_add(&l, explain(w, err));
-	line_send(&l, report_fd);
+	line_send(&l, report_get_fd());
 	report_flush();         /* an exit follows */
 }
 
@@ -207,7 +200,7 @@ void report_pid(pid_t pid)
 
 	line_start(&l, "pid ");
 	line_num(&l, (unsigned long long)pid);
-	line_send(&l, report_fd);
+	line_send(&l, report_get_fd());
 	report_flush();         /* the program runs: the host may see what was applied */
 }
 
@@ -222,7 +215,7 @@ void report_status(int wstatus)
 		line_start(&l, "status exit ");
 		line_num(&l, (unsigned)WEXITSTATUS(wstatus));
 	}
-	line_send(&l, report_fd);
+	line_send(&l, report_get_fd());
 }
 
 static unsigned long long tv_us(const struct timeval *tv)
@@ -240,7 +233,7 @@ void report_usage(const struct rusage *ru)
 	line_num(&l, tv_us(&ru->ru_stime));
 	line_add(&l, " ");
 	line_num(&l, ru->ru_maxrss > 0 ? (unsigned long long)ru->ru_maxrss : 0);   /* kB on Linux */
-	line_send(&l, report_fd);
+	line_send(&l, report_get_fd());
 }
 
 /* ---- errno names ---- */

@@ -42,27 +42,19 @@ void close_fds(int from, int to)
 	close_range_loop(from, to);
 }
 
-void launch_state_reset(void)
-{
-	child_state_reset();
-	budget_state_reset();
-	mounts_state_reset();
-	report_state_reset();
-}
-
 NORETURN void launch_run(struct launch *L, struct plan *plan)
 {
 	struct outcome out;
 
 	L->plan = plan;
 	L->sigfd = -1;
-	report_set_fd(plan->report_fd);
+	report_open(L, plan->report_fd);
 	report_header();
 
 	if (workspace_open(L) != 0 ||            /* the host's paths, before any mount */
 	    supervise_prepare(L) != 0 ||       /* signals: blocked, read from a signalfd */
 	    launch_steps(L) != 0) {             /* 1-3 (steps.c) */
-		budget_cleanup();
+		budget_cleanup(L);
 		plan_free(plan);
 		_exit(EXIT_SETUP);
 	}

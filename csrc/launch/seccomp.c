@@ -579,7 +579,7 @@ void seccomp_prepare(const struct launch *L)
 	/* --deny-sockets-without-netns: only when the run has no network namespace of its own (a
 	 * shared one, ns.c, is not) */
 	filt.sockets = p->deny_sockets == 1 ||
-		       (p->deny_sockets == 2 && (!L->netns || ns_net_shared()));
+		       (p->deny_sockets == 2 && (!L->netns || L->net_shared));
 	filt.unix_pairs = p->unix_pairs;
 	filt.pipes = p->deny_pipe_growth;
 	filt.ready = 1;
@@ -615,8 +615,9 @@ void seccomp_state_load(const void *buf)
 	memcpy(&filt, buf, sizeof filt);
 }
 
-int seccomp_apply(const struct plan *p)
+int seccomp_apply(const struct launch *L)
 {
+	const struct plan *p = L->plan;
 	int err;
 
 	if (p->seccomp == PLAN_MECH_OFF)
@@ -637,7 +638,7 @@ int seccomp_apply(const struct plan *p)
 			report_applied("deny-pipe-growth");
 		return 0;
 	}
-	if (filt.sockets && ns_net_shared()) {
+	if (filt.sockets && L->net_shared) {
 		/* the run's inet sockets would reach other runs over the shared loopback */
 		report_fatal(W_SHARED_NET, err, "the seccomp socket filter");
 		errno = err;

@@ -46,7 +46,8 @@ static int step_die_with_parent(const struct launch *L)
  * namespace (the init, or corral-init) is its pid 1, and /proc/1/cmdline, which every process may
  * read, would show all of it to the program: the init hides its own copy. (the launcher, outside
  * the namespace, keeps its command line for the host's tools.) The kernel keeps the strings of argv
- * one after another in one area. */
+ * one after another in one area. That area is the process's, not a run's: what args_copy() notes
+ * stays here, set once by the process's main(). */
 static char *args_start;
 static size_t args_len;
 static char **volatile args_v;  /* the copy, kept for the process's life (the plan points in): */

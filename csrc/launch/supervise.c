@@ -53,7 +53,7 @@ int supervise_prepare(struct launch *L)
 	signal(SIGXFSZ, SIG_IGN);
 	signal(SIGCHLD, SIG_DFL);
 	if (!L->start_program)  /* corral-zygote's program resets every one itself */
-		signals_note(); /* what the program must set back to the default before execve */
+		signals_note(L); /* what the program must set back to the default before execve */
 	if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
 		goto fail;
 	L->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -105,7 +105,8 @@ static void null_stdio(void)
  * rlimits, Landlock, seccomp) is its own: CLONE_FILES, CLONE_FS, CLONE_SIGHAND and CLONE_THREAD are
  * not given. Its writes to memory (the report buffer, errno, its stack below) are ours to ignore;
  * child.c calls nothing that allocates or takes a lock. corral-zygote's program, which runs the
- * program in place of execve, is an ordinary fork. */
+ * program in place of execve, is an ordinary fork. The stack is static, not the run's state: a
+ * process starts one program. */
 #define CHILD_STACK (256 * 1024)
 
 static struct {
@@ -173,7 +174,7 @@ static int prog_start(struct launch *L, struct prog *c)
 	 * ours */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	close(fds[1]);
-	child_prepared_close();
+	child_prepared_close(L);
 	if (c->pid < 0) {
 		close(fds[0]);
 		report_fatal(W_FORK, err, NULL);
@@ -341,11 +342,11 @@ static void run_pidns(struct launch *L, struct outcome *out)
 		/* The init did not tell: it was killed before the program was reaped. */
 		struct rusage ru;
 
-		budget_finish(0);
+		budget_finish(L, 0);
 		report_status(SIGKILL);
 		if (getrusage(RUSAGE_CHILDREN, &ru) == 0) {
 			report_usage(&ru);
-			budget_report_total(&ru);
+			budget_report_total(L, &ru);
 		}
 		out->kind = OUTCOME_SIGNAL;
 		out->value = SIGKILL;
@@ -432,29 +433,29 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 		};
 
 		report_flush();
-		if (poll(fds, 2, budget_wait_ms()) < 0 && errno != EINTR)
+		if (poll(fds, 2, budget_wait_ms(L)) < 0 && errno != EINTR)
 			stop = 1;       /* cannot wait properly: end the run rather than spin */
 		if (fds[1].revents && c.errfd >= 0)
 			prog_read(&c);
 		if ((fds[0].revents & POLLIN) && drain_signals(L->sigfd))
 			stop = 2;
-		budget_observe_exit(c.pid);
+		budget_observe_exit(L, c.pid);
 		while (reap_one(&c) > 0)
 			;
-		if (!c.reaped && !stop && budget_check())
+		if (!c.reaped && !stop && budget_check(L))
 			stop = 1;       /* over a budget: end the run as on SIGTERM */
 	}
 	/* The run is being ended: what it used so far first (the host may kill us during the
 	 * sweep), then the program may flush its output (a stop). */
 	if (stop)
-		prog_report_so_far(&c);
+		prog_report_so_far(L, &c);
 	if (stop == 2 && !c.reaped && p->flush_signal)
 		flush_program(L, &c);
 	/* The program has ended, or the run is being ended: nothing else may survive it. */
 	sweep_tree(p, L->sigfd, c.pid, &c.reaped, &c.wstatus);
 	while (c.errfd >= 0)
 		prog_read(&c);  /* every writer is dead: does not block */
-	prog_finish(&c, out);
+	prog_finish(L, &c, out);
 	workspace_collect(L);
 }
 
@@ -464,7 +465,7 @@ void supervise_run(struct launch *L, struct outcome *out)
 		run_pidns(L, out);
 	else
 		run_subreaper(L, out);
-	budget_cleanup();
+	budget_cleanup(L);
 }
 
 /* Exit as the program did: its code, or its signal on ourselves (no core dump). */

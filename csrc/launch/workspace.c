@@ -37,32 +37,24 @@
 #define SCAN_MAX 100000         /* directory entries looked at, in all */
 #define DEPTH_MAX 64            /* directories below the work dir */
 
-/* Scratch of the one supervisor process that does either step (never a vfork child's). */
+/* Scratch of the one supervisor process that does either step (never a vfork child's); what a
+ * run keeps is in struct launch (ws). */
 static char chunk[CHUNK];
-
-struct kept {                   /* an unpacked file, to tell later whether the run changed it */
-	ino_t ino;
-	struct timespec ctime;
-};
-
-static struct kept *kept;
-static size_t nkept, kept_cap;
 
 int workspace_open(struct launch *L)
 {
 	const struct plan *p = L->plan;
 
-	L->files_in_fd = L->collect_fd = -1;
 	if (p->files_in) {
-		L->files_in_fd = open(p->files_in, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (L->files_in_fd < 0) {
+		L->ws.in_fd = open(p->files_in, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (L->ws.in_fd < 0) {
 			report_fatal(W_FILES_IN, errno, p->files_in);
 			return -1;
 		}
 	}
 	if (p->collect_to) {
-		L->collect_fd = open(p->collect_to, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
-		if (L->collect_fd < 0) {
+		L->ws.collect_fd = open(p->collect_to, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+		if (L->ws.collect_fd < 0) {
 			report_fatal(W_COLLECT, errno, p->collect_to);
 			return -1;
 		}
@@ -226,24 +218,24 @@ static int parent_of(int root, char *path, char **last)
 	return d;
 }
 
-static void keep(const struct stat *st)
+static void keep(struct workspace_state *ws, const struct stat *st)
 {
-	if (nkept == kept_cap) {
-		size_t cap = kept_cap ? kept_cap * 2 : 64;
-		struct kept *k = realloc(kept, cap * sizeof *k);
+	if (ws->nkept == ws->kept_cap) {
+		size_t cap = ws->kept_cap ? ws->kept_cap * 2 : 64;
+		struct workspace_kept *k = realloc(ws->kept, cap * sizeof *k);
 
 		if (!k)
 			return;         /* the file then counts as changed: collected */
-		kept = k;
-		kept_cap = cap;
+		ws->kept = k;
+		ws->kept_cap = cap;
 	}
-	kept[nkept].ino = st->st_ino;
-	kept[nkept].ctime = st->st_ctim;
-	nkept++;
+	ws->kept[ws->nkept].ino = st->st_ino;
+	ws->kept[ws->nkept].ctime = st->st_ctim;
+	ws->nkept++;
 }
 
 /* One record: 0, or -1 with errno and the path in name. */
-static int unpack_one(struct reader *r, int root, char *name, int *done)
+static int unpack_one(struct workspace_state *ws, struct reader *r, int root, char *name, int *done)
 {
 	char field[32], *last;
 	unsigned long long mode, size;
@@ -274,7 +266,7 @@ static int unpack_one(struct reader *r, int root, char *name, int *done)
 		errno = e;
 		return -1;
 	}
-	keep(&st);
+	keep(ws, &st);
 	close(fd);
 	return 0;
 }
@@ -282,13 +274,13 @@ static int unpack_one(struct reader *r, int root, char *name, int *done)
 int workspace_in(struct launch *L)
 {
 	const struct plan *p = L->plan;
-	struct reader r = { L->files_in_fd, 0, 0 };
+	struct reader r = { L->ws.in_fd, 0, 0 };
 	char name[PATH_MAX];
 	uid_t ou;
 	gid_t og;
 	int root, done = 0, n = 0, rc = 0;
 
-	if (L->files_in_fd < 0)
+	if (L->ws.in_fd < 0)
 		return 0;
 	name[0] = '\0';
 	fsids_take(p, &ou, &og);
@@ -296,13 +288,13 @@ int workspace_in(struct launch *L)
 	if (root < 0) {
 		rc = -1;
 	} else {
-		while (!done && (rc = unpack_one(&r, root, name, &done)) == 0)
+		while (!done && (rc = unpack_one(&L->ws, &r, root, name, &done)) == 0)
 			n += !done;
 		close(root);
 	}
 	fsids_give(ou, og);
-	close(L->files_in_fd);
-	L->files_in_fd = -1;
+	close(L->ws.in_fd);
+	L->ws.in_fd = -1;
 	if (rc != 0) {
 		report_fatal(W_FILES_IN, errno, name[0] ? name : p->chdir);
 		return -1;
@@ -317,6 +309,7 @@ enum { F_FILES = 1, F_BYTES = 2, F_SCAN = 4, F_DEPTH = 8, F_NAME = 16, F_WRITE =
 
 struct walk {
 	const struct plan *p;
+	const struct workspace_state *ws;
 	int out;
 	char wbuf[CHUNK];
 	size_t wlen;
@@ -425,13 +418,13 @@ static int wanted(const struct plan *p, const char *path, int dir)
 }
 
 /* An unpacked file the run left as it was: not collected by --collect-all. */
-static int unchanged(const struct stat *st)
+static int unchanged(const struct workspace_state *ws, const struct stat *st)
 {
 	size_t i;
 
-	for (i = 0; i < nkept; i++)
-		if (kept[i].ino == st->st_ino && kept[i].ctime.tv_sec == st->st_ctim.tv_sec &&
-		    kept[i].ctime.tv_nsec == st->st_ctim.tv_nsec)
+	for (i = 0; i < ws->nkept; i++)
+		if (ws->kept[i].ino == st->st_ino && ws->kept[i].ctime.tv_sec == st->st_ctim.tv_sec &&
+		    ws->kept[i].ctime.tv_nsec == st->st_ctim.tv_nsec)
 			return 1;
 	return 0;
 }
@@ -564,7 +557,7 @@ static void walk_dir(struct walk *w, int dfd, size_t plen, int depth)
 		}
 		if (!(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) || !wanted(w->p, w->path, 0))
 			continue;       /* fifos, sockets, devices: never opened */
-		if (w->p->collect_all && S_ISREG(st.st_mode) && unchanged(&st))
+		if (w->p->collect_all && S_ISREG(st.st_mode) && unchanged(w->ws, &st))
 			continue;
 		if (!take_slot(w))
 			break;
@@ -589,11 +582,12 @@ void workspace_collect(struct launch *L)
 	gid_t og;
 	int root;
 
-	if (L->collect_fd < 0)
+	if (L->ws.collect_fd < 0)
 		return;
 	memset(w, 0, sizeof *w);
 	w->p = p;
-	w->out = L->collect_fd;
+	w->ws = &L->ws;
+	w->out = L->ws.collect_fd;
 	w->files_left = p->collect_files;
 	w->bytes_left = p->collect_bytes;
 	w->scan_left = SCAN_MAX;
@@ -620,6 +614,6 @@ void workspace_collect(struct launch *L)
 	w_num(w, w->seen, 0);
 	w_field(w, flags[0] ? flags + 1 : "");
 	w_flush(w);
-	close(L->collect_fd);
-	L->collect_fd = -1;
+	close(L->ws.collect_fd);
+	L->ws.collect_fd = -1;
 }

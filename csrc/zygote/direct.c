@@ -16,13 +16,14 @@
  * of its namespace; if the direct init ends without an outcome, the direct init's own wait status
  * once it is reaped.
  *
- * The direct init writes into the zygote's memory: what the launcher's files keep for a run is
- * reset first (launch_state_reset), the plan is the zygote's (parsed here, freed after the execve),
- * and the stack area the direct init used is zeroed once it is gone, so that the next run's program
- * does not inherit this run's arguments. Not direct, on the spawner path (request.c): a run with a
- * cgroup (the run cgroup's state would have to cross the execve), a request that is not a run the
- * zygote serves (the spawner and the launcher write the usage error), and every run once a clone of the direct
- * init was refused (a kernel or container that forbids these namespaces with CLONE_VM).
+ * The direct init writes into the zygote's memory, so it keeps nothing of the run there: what the
+ * launcher's files keep for a run is in a struct launch of the program's own (launch_init), the
+ * plan is the zygote's (parsed here, freed after the execve), and the stack area the direct init
+ * used is zeroed once it is gone, so that the next run's program does not inherit this run's
+ * arguments. Not direct, on the spawner path (request.c): a run with a cgroup (the run cgroup's
+ * state would have to cross the execve), a request that is not a run the zygote serves (the
+ * spawner and the launcher write the usage error), and every run once a clone of the direct init
+ * was refused (a kernel or container that forbids these namespaces with CLONE_VM).
  */
 #include "zygote.h"
 
@@ -118,13 +119,13 @@ static NORETURN void program_main(const struct job *j, int errfd, int go)
 	if (n != (ssize_t)sizeof mounts || mounts[sizeof mounts - 1] != '\0')
 		_exit(EXIT_SETUP);
 	close(go);
-	mounts_state_set(mounts);
-	report_set_fd(j->plan->report_fd);
-	memset(&L, 0, sizeof L);
+	launch_init(&L);
+	mounts_state_set(&L, mounts);
+	report_open(&L, j->plan->report_fd);
 	L.plan = j->plan;
 	L.shared = &z->ns;
 	L.userns = z->ns.userns;
-	L.netns = z->ns.net_got;
+	L.netns = L.net_shared = z->ns.net_got;        /* every run shares the zygote's */
 	L.pidns = 1;
 	L.seccomp_ready = 1;            /* the filter is in memory (filters_load) */
 	L.run_program = py_run_program;
@@ -192,7 +193,6 @@ static int dinit_main(void *arg)
 	pid_t c;
 
 	dinit_failed = 0;
-	launch_state_reset();
 	/* dies with the zygote, which waits for us: gone already, the outcome pipe's read end is
 	 * closed (POLLERR on ours) */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || pipe_gone(j->out))
@@ -207,12 +207,7 @@ static int dinit_main(void *arg)
 	if (s->userns) {
 		/* the run's user namespace, made by the clone: its maps now, while we hold its
 		 * capabilities (corral-init, whose uid is not 0 there, loses them at execve) */
-		struct launch M;
-
-		memset(&M, 0, sizeof M);
-		M.euid = s->euid;
-		M.egid = s->egid;
-		maps_err = ns_write_own_maps(&M) != 0 ? errno : 0;
+		maps_err = ns_write_own_maps(s->euid, s->egid) != 0 ? errno : 0;
 	}
 	c = fork();
 	err = errno;

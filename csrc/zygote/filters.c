@@ -47,11 +47,11 @@ void filters_load(const struct zygote *z, const struct plan *p)
 	char *key;
 	size_t i;
 
-	memset(&L, 0, sizeof L);
+	launch_init(&L);
 	L.plan = p;
-	L.netns = z->ns.net_got;
+	L.netns = L.net_shared = z->ns.net_got;        /* every run shares the zygote's */
 	key = filter_key(p, p->deny_sockets == 1 ||
-				(p->deny_sockets == 2 && (!L.netns || ns_net_shared())));
+				(p->deny_sockets == 2 && (!L.netns || L.net_shared)));
 	for (i = 0; key && i < nfilters; i++) {
 		if (strcmp(filters[i].key, key) == 0) {
 			if (loaded != &filters[i])

@@ -273,14 +273,14 @@ static void step_namespaces(struct strv *lines)
 	plan.net = z.net;
 	plan.userns = z.userns;
 	plan.report_fd = -1;
-	memset(&L, 0, sizeof L);
+	launch_init(&L);
 	L.plan = &plan;
 	if (pipe2(p, O_CLOEXEC) != 0)
 		failed("cannot make a pipe");
-	report_set_fd(p[1]);
+	report_open(&L, p[1]);
 	r = ns_apply_shared(&L, &z.ns);
 	report_flush();         /* the lines are buffered (report.c) */
-	report_set_fd(-1);
+	report_open(NULL, -1);  /* L goes with this frame */
 	close(p[1]);
 	if (read_lines(p[0], lines) != 0)
 		failed("out of memory");

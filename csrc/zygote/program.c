@@ -141,13 +141,13 @@ static pid_t init_start_program(struct launch *L, int wfd)
 	snprintf(rfd, sizeof rfd, "%d", report_get_fd());
 	if (report_get_fd() >= 0)
 		fds[nfds++] = report_get_fd();
-	if (budget_join_fd() >= 0)
-		fds[nfds++] = budget_join_fd();
-	mounts_state(mounts, sizeof mounts);
+	if (budget_join_fd(L) >= 0)
+		fds[nfds++] = budget_join_fd(L);
+	mounts_state(L, mounts, sizeof mounts);
 	f[0] = ZP_FORK;
 	f[1] = mask;
 	f[2] = rfd;
-	f[3] = budget_join_fd() >= 0 ? "1" : "0";
+	f[3] = budget_join_fd(L) >= 0 ? "1" : "0";
 	f[4] = mounts;
 	for (i = 0; i < init_side.nargs; i++)
 		f[5 + i] = init_side.args[i];
@@ -257,14 +257,14 @@ static NORETURN void program_main(const struct zygote *z, struct plan *p, int ma
 	}
 	program_fds(fds, nfds, rfd, cg, &errfd, &cgfd);
 	setsid();               /* not in the zygote's session and group */
-	report_set_fd(rfd);
-	mounts_state_set(mounts);
+	launch_init(&L);
+	report_open(&L, rfd);
+	mounts_state_set(&L, mounts);
 	if (cgfd >= 0)
-		budget_set_join_fd(cgfd);
-	memset(&L, 0, sizeof L);
+		budget_set_join_fd(&L, cgfd);
 	L.plan = p;
-	L.sigfd = -1;
 	L.userns = (mask & CLONE_NEWUSER) || z->ns.userns;
+	L.net_shared = z->ns.net_got;   /* every run shares the zygote's */
 	L.run_program = py_run_program;
 	L.nproc_beside = p->has_ids ? 0 : 2;   /* the launcher and init, in the run's user
 					        * namespace */

@@ -126,7 +126,7 @@ static NORETURN void run_a(const struct zygote *z, struct plan *p, const char *p
 	if (check_namespaces(z, p, err, sizeof err) != 0 ||
 	    py_check_run(z, p, err, sizeof err) != 0)
 		usage_error(err);
-	memset(&L, 0, sizeof L);
+	launch_init(&L);
 	L.parent = z->self;             /* the launcher's parent is the zygote, not --parent-pid's
 					 * host */
 	L.shared = &z->ns;
