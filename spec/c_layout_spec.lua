@@ -1,7 +1,7 @@
--- The C tree's layout: no import circle among the files of csrc/zygote and csrc/core (a file
--- uses another when it calls what that one defines: spec/c_circles.py reads it off the objects'
--- symbols), and the zygote protocol's words are csrc/zygote/protocol.h's, in the test peers
--- that speak it and in docs/internals.md.
+-- The C tree's layout: no import circle among the files of csrc/launch, csrc/zygote and
+-- csrc/core (a file uses another when it calls what that one defines: spec/c_circles.py reads it
+-- off the objects' symbols), and the zygote protocol's words are csrc/zygote/protocol.h's, in the
+-- test peers that speak it and in docs/internals.md.
 local H = require "helper"
 
 local function cflags(pkgs)
@@ -21,6 +21,7 @@ end
 
 describe("the C tree", function()
   for _, case in ipairs({
+    { dir = "csrc/launch", pkgs = "libseccomp" },
     { dir = "csrc/zygote", pkgs = "python-3.11-embed libseccomp" },
     { dir = "csrc/core", pkgs = "lua5.4 libuv" },
   }) do
