@@ -90,6 +90,183 @@ describe("corral.core", function()
     end)
   end)
 
+  describe("spawn with stream", function()
+    -- Turn the loop until pred() holds; every run here has a timeout, so the loop has an event
+    -- to wake on within it.
+    local function until_(pred)
+      local deadline = core.hrtime() + 60
+      while not pred() and core.hrtime() < deadline do core.run("once") end
+      assert.is_truthy(pred())
+    end
+
+    local ECHO = [[
+import sys
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    sys.stdout.write("echo " + line)
+    sys.stderr.write("err " + line)
+print("eof")
+]]
+
+    local function echo(opts)
+      local got, order, res = { stdout = "", stderr = "" }, {}, nil
+      opts.file, opts.args, opts.stream, opts.timeout = "/usr/bin/python3", { "-u", "-c", ECHO }, true, 60
+      opts.on_output = function(name, bytes)
+        got[name] = got[name] .. bytes
+        order[#order + 1] = name
+      end
+      opts.on_exit = function(r) res = r end
+      local proc = assert(core.spawn(opts))
+      return proc, got, order, function() return res end
+    end
+
+    it("feeds stdin by proc:write and hands each chunk to on_output as it comes", function()
+      local proc, got, order, result = echo { stdin = "first\n" }
+      until_(function() return got.stdout == "echo first\n" end)
+      local want_out, want_err = "echo first\n", "err first\n"
+      for i = 1, 5 do
+        local line = "line " .. i .. "\n"
+        assert.is_true(proc:write(line))
+        want_out, want_err = want_out .. "echo " .. line, want_err .. "err " .. line
+        until_(function() return got.stdout == want_out end)
+      end
+      until_(function() return got.stderr == want_err end)
+      for _, name in ipairs(order) do assert.is_truthy(name == "stdout" or name == "stderr") end
+      assert.is_nil(result())
+      assert.is_true(proc:close_stdin())
+      assert.is_false(proc:close_stdin())
+      local ok, msg = proc:write("late\n")
+      assert.is_false(ok)
+      assert.are.equal("stdin is closed", msg)
+      until_(result)
+      local res = result()
+      assert.are.equal(want_out .. "eof\n", got.stdout)
+      assert.are.equal(0, res.exit_status)
+      assert.are.equal("", res.stdout)
+      assert.are.equal("", res.stderr)
+      assert.are.equal(#got.stdout, res.stdout_bytes)
+      assert.are.equal(#got.stderr, res.stderr_bytes)
+      ok, msg = proc:write("after\n")
+      assert.is_false(ok)
+      assert.are.equal("the run has ended", msg)
+      assert.is_false(proc:close_stdin())
+    end)
+
+    it("keeps stdin open without `stdin` until close_stdin, queueing writes in order", function()
+      local proc, got, _, result = echo {}
+      local want = {}
+      for i = 1, 200 do
+        assert.is_true(proc:write("w" .. i .. "\n"))
+        want[#want + 1] = "echo w" .. i .. "\n"
+      end
+      assert.is_true(proc:write(""))
+      assert.is_true(proc:close_stdin()) -- after the queued writes
+      until_(result)
+      assert.are.equal(table.concat(want) .. "eof\n", got.stdout)
+      assert.are.equal(0, result().exit_status)
+    end)
+
+    it("closes stdin after a write fails because the child closed its end", function()
+      local got, res = "", nil
+      local proc = assert(core.spawn {
+        file = "/usr/bin/python3", args = { "-c", "import os, time\nos.close(0)\nprint('closed', flush=True)\ntime.sleep(60)" },
+        stream = true, timeout = 60, grace = 0.1,
+        on_output = function(_, bytes) got = got .. bytes end, on_exit = function(r) res = r end })
+      until_(function() return got == "closed\n" end)
+      local ok, msg
+      until_(function()
+        ok, msg = proc:write("x")
+        return not ok
+      end)
+      assert.are.equal("stdin is closed", msg)
+      assert.is_false(proc:close_stdin())
+      proc:kill()
+      until_(function() return res end)
+    end)
+
+    it("refuses writes past 16 MiB queued for a child that does not read", function()
+      local res
+      local proc = assert(core.spawn {
+        file = "/usr/bin/python3", args = { "-c", "import time\ntime.sleep(60)" },
+        stream = true, timeout = 60, grace = 0.1, on_exit = function(r) res = r end })
+      assert.is_true(proc:write(string.rep("a", 8 * 1024 * 1024)))
+      assert.is_true(proc:write(string.rep("b", 8 * 1024 * 1024)))
+      local ok, msg, code = proc:write("c")
+      assert.is_nil(ok)
+      assert.are.equal("EAGAIN", code)
+      assert.is_truthy(msg:find("queue full", 1, true))
+      proc:kill() -- the queued writes are dropped with the run
+      until_(function() return res end)
+      assert.is_true(res.killed)
+    end)
+
+    it("hands every byte of 50 MB to on_output without keeping it", function()
+      local before = core.rusage().maxrss_kb
+      local n, calls, res = 0, 0, nil
+      assert(core.spawn { file = "/bin/sh", args = { "-c", "head -c 50000000 /dev/zero" },
+                          stream = true, timeout = 60, stdout_cap = 1000,
+                          on_output = function(name, bytes)
+                            assert(name == "stdout")
+                            n, calls = n + #bytes, calls + 1
+                          end,
+                          on_exit = function(r) res = r end })
+      until_(function() return res end)
+      assert.are.equal(50000000, n)
+      assert.are.equal(50000000, res.stdout_bytes)
+      assert.are.equal("", res.stdout)
+      assert.is_true(calls > 1)
+      assert.is_true(core.rusage().maxrss_kb - before < 10000)
+    end)
+
+    it("re-raises an error from on_output out of core.run, and the run goes on to on_exit", function()
+      local seen, res = "", nil
+      local proc = assert(core.spawn {
+        file = "/bin/sh", args = { "-c", "echo one; read x; echo \"two $x\"" }, stream = true,
+        timeout = 60,
+        on_output = function(_, bytes)
+          seen = seen .. bytes
+          if bytes:find("one", 1, true) then error("boom in on_output") end
+        end,
+        on_exit = function(r) res = r end })
+      local ok, err
+      local deadline = core.hrtime() + 60
+      repeat ok, err = pcall(core.run, "once") until not ok or core.hrtime() > deadline
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):find("boom in on_output", 1, true))
+      assert.is_true(proc:write("2\n"))
+      until_(function() return res end)
+      assert.are.equal("one\ntwo 2\n", seen)
+      assert.are.equal(0, res.exit_status)
+    end)
+
+    it("raises naming the options that do not go with stream", function()
+      local cases = {
+        { { stream = true, kill_on_overflow = true }, "kill_on_overflow" },
+        { { on_output = function() end }, "'on_output' needs 'stream'" },
+        { { stream = true, on_output = "f" }, "on_output" },
+        { { stream = true, hold = true, report = true }, "'hold' does not go with 'stream'" },
+        { { stream = 1 }, "stream" },
+      }
+      for _, c in ipairs(cases) do
+        c[1].file, c[1].args = "/bin/true", {}
+        local ok, err = pcall(core.spawn, c[1])
+        assert.is_false(ok)
+        assert.is_truthy(tostring(err):find(c[2], 1, true), err)
+      end
+    end)
+
+    it("raises for write and close_stdin on a run spawned without stream", function()
+      local _, proc = spawn_wait { file = "/bin/true", args = {} }
+      local ok, err = pcall(proc.write, proc, "x")
+      assert.is_false(ok)
+      assert.is_truthy(err:find("not spawned with 'stream'", 1, true))
+      ok = pcall(proc.close_stdin, proc)
+      assert.is_false(ok)
+    end)
+  end)
+
   it("yields the CPU (sched_yield) and returns nothing", function()
     local t0 = core.hrtime()
     assert.are.equal(0, select("#", core.yield()))

@@ -7,6 +7,14 @@
  * stream's cap is copied into its kept buffer, the rest is only counted (and fed to the tail
  * ring). So the memory of a run is bounded by its caps whatever the child prints.
  *
+ * Stream mode (`stream`, for a long-lived interpreter fed requests): stdin is always a pipe and
+ * stays open; the `stdin` bytes go first, then each proc:write in order, until proc:close_stdin
+ * (EOF once the queued writes are out), a write error (EPIPE) or the run's end. Writes are
+ * copied and queued, at most STDIN_QUEUE_MAX bytes waiting, so a child that does not read
+ * cannot make the host grow. Each stdout/stderr chunk is counted and passed to
+ * on_output(name, bytes) straight from the read buffer, never kept: memory stays bounded
+ * whatever the child prints. The report is kept as always.
+ *
  * Ending a run (timeout, overflow, proc:kill()): SIGTERM to the launcher, which kills its own
  * tree; after `grace`, SIGKILL to the launcher and to its process group (it called setsid, so
  * pgid == pid). When the launcher has been reaped, the pipes get at most `grace` more to reach
@@ -33,6 +41,7 @@
 #define DEFAULT_CAP ((lua_Integer)1024 * 1024)
 #define MAX_CAP ((lua_Integer)1 << 30)
 #define DEFAULT_GRACE 0.2
+#define STDIN_QUEUE_MAX ((size_t)16 * 1024 * 1024) /* stream mode: bytes proc:write may queue */
 
 enum { ST_UNUSED = 0, ST_OPEN, ST_CLOSED };
 
@@ -57,7 +66,17 @@ typedef struct proc_ud {
   corral_run *run; /* NULL once the result is delivered (or the state is closing) */
   lua_Integer pid;
   int done;
+  int stream; /* spawned with `stream`: proc:write and proc:close_stdin apply */
 } proc_ud;
+
+/* One proc:write in flight: the bytes are copied, freed by the write callback (libuv calls it
+ * for every request, with UV_ECANCELED when the handle is closed first). */
+typedef struct in_write {
+  uv_write_t req;
+  corral_run *run;
+  size_t len;
+  char data[];
+} in_write;
 
 struct corral_run {
   corral_loop *cl;
@@ -65,6 +84,7 @@ struct corral_run {
   proc_ud *ud;
   int self_ref;    /* registry: the proc userdata, until on_exit ran */
   int on_exit_ref; /* registry: on_exit */
+  int on_output_ref; /* registry: on_output (stream mode), or LUA_NOREF */
   int handles;     /* initialised handles whose close callback has not run yet */
   uv_process_t process;
   uv_timer_t t_timeout, t_kill, t_drain;
@@ -75,6 +95,7 @@ struct corral_run {
   uv_shutdown_t sreq;
   char *in_data;
   size_t in_len;
+  size_t in_queued; /* stream mode: bytes written with proc:write and not yet taken by libuv */
   uint64_t timeout_ms, grace_ms;
   uint64_t t_start, t_end;
   int pid;
@@ -91,6 +112,8 @@ struct corral_run {
   unsigned timed_out : 1, killed : 1, kill_on_overflow : 1, has_timeout : 1, report : 1;
   unsigned kill_sent : 1; /* SIGKILL went out (or is due once a zygote names the pid) */
   unsigned held : 1;      /* `hold`: started ahead, waiting for proc:go() */
+  unsigned stream : 1;    /* stdout/stderr go to on_output; stdin stays open for proc:write */
+  unsigned in_shut : 1;   /* stdin's shutdown is requested: no more writes */
 };
 
 /* ---- closing and freeing --------------------------------------------------------------------- */
@@ -426,10 +449,51 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   buf->len = sizeof r->cl->scratch;
 }
 
+/* A chunk for on_output, on the C stack while the call lasts. */
+typedef struct chunk {
+  corral_run *run;
+  const stream *st;
+  const char *data;
+  size_t len;
+} chunk;
+
+/* Run under corral_pcall (pushing the chunk may fail for memory): on_output(name, bytes). */
+static int emit(lua_State *L) {
+  const chunk *c = (const chunk *)lua_touserdata(L, 1);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->run->on_output_ref);
+  lua_pushstring(L, c->st->name);
+  lua_pushlstring(L, c->data, c->len);
+  lua_call(L, 2, 0);
+  return 0;
+}
+
+/* Stream mode: the chunk is counted and handed to on_output, never kept. An error in on_output
+ * is the loop's to re-raise out of core.run, as on_exit's; the run goes on. on_output may end
+ * the run or close this stream: nothing of st is used after it returns. */
+static void stream_emit(corral_run *r, stream *st, const char *data, size_t n) {
+  corral_loop *cl = r->cl;
+  lua_State *L = cl->L;
+  chunk c;
+  int top;
+  st->total += n;
+  if (r->on_output_ref == LUA_NOREF || cl->closing || !lua_checkstack(L, 8)) return;
+  c.run = r;
+  c.st = st;
+  c.data = data;
+  c.len = n;
+  top = lua_gettop(L);
+  lua_pushcfunction(L, emit);
+  lua_pushlightuserdata(L, &c);
+  corral_pcall(cl, L, 1);
+  lua_settop(L, top);
+}
+
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   stream *st = (stream *)s;
   corral_run *r = st->run;
-  if (nread > 0) {
+  if (nread > 0 && r->stream && st != &r->rep) {
+    stream_emit(r, st, buf->base, (size_t)nread);
+  } else if (nread > 0) {
     stream_take(st, buf->base, (size_t)nread);
     if (r->kill_on_overflow && st != &r->rep && st->total > st->cap && r->overflow == NULL) {
       r->overflow = st->name;
@@ -453,9 +517,57 @@ static void shutdown_cb(uv_shutdown_t *req, int status) {
   stdin_close((corral_run *)req->data);
 }
 
+/* Stream mode: the write callback of one proc:write. An error (EPIPE: the child closed its end)
+ * closes stdin, so later writes are refused. */
+static void queued_write_cb(uv_write_t *req, int status) {
+  in_write *w = (in_write *)req->data;
+  corral_run *r = w->run;
+  r->in_queued -= w->len;
+  free(w);
+  if (status < 0) stdin_close(r);
+}
+
+/* Stream mode: queue a copy of data[0..n) on stdin, after what is queued. 0, or a libuv error
+ * (nothing queued then). */
+static int stdin_queue(corral_run *r, const char *data, size_t n) {
+  in_write *w;
+  uv_buf_t b;
+  int rc;
+  w = (in_write *)malloc(sizeof *w + n);
+  if (w == NULL) return UV_ENOMEM;
+  memcpy(w->data, data, n);
+  w->run = r;
+  w->len = n;
+  w->req.data = w;
+  b.base = w->data;
+  b.len = n;
+  rc = uv_write(&w->req, (uv_stream_t *)&r->in, &b, 1, queued_write_cb);
+  if (rc != 0) {
+    free(w);
+    return rc;
+  }
+  r->in_queued += n;
+  return 0;
+}
+
+/* Stream mode: EOF for the child once the queued writes are out (libuv's shutdown waits for
+ * them); then our end is closed. */
+static void stdin_shutdown(corral_run *r) {
+  r->in_shut = 1;
+  r->sreq.data = r;
+  if (uv_shutdown(&r->sreq, (uv_stream_t *)&r->in, shutdown_cb) != 0) stdin_close(r);
+}
+
 static void start_stdin(corral_run *r) {
   uv_buf_t b;
   if (r->in_state != ST_OPEN) return;
+  if (r->stream) { /* the `stdin` bytes first; the pipe stays open */
+    if (r->in_len > 0 && stdin_queue(r, r->in_data, r->in_len) != 0) stdin_close(r);
+    free(r->in_data);
+    r->in_data = NULL;
+    r->in_len = 0;
+    return;
+  }
   if (r->in_len == 0) {
     stdin_close(r);
     return;
@@ -557,6 +669,7 @@ static void run_complete(corral_run *r) {
       lua_settop(L, top);
     }
     luaL_unref(L, LUA_REGISTRYINDEX, r->on_exit_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, r->on_output_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, r->self_ref);
   }
   if (r->ud) {
@@ -595,7 +708,8 @@ void corral_runs_shutdown(corral_loop *cl) {
 
 static const char *const spawn_keys[] = {
     "file", "args", "env", "stdin", "stdout_cap", "stderr_cap", "tail_bytes",
-    "kill_on_overflow", "report", "timeout", "grace", "on_exit", "zygote", "ref", "hold", NULL,
+    "kill_on_overflow", "report", "timeout", "grace", "on_exit", "zygote", "ref", "hold",
+    "stream", "on_output", NULL,
 };
 
 /* Check that the option at stack index idx is nil or an array of strings without NUL bytes;
@@ -890,13 +1004,13 @@ int corral_spawn(lua_State *L) {
   const char *file, *in;
   size_t file_len, in_len;
   lua_Integer nargs, nenv, out_cap, err_cap, tail;
-  int kill_on_overflow, report, has_timeout, ref, hold, rc;
+  int kill_on_overflow, report, has_timeout, ref, hold, streaming, has_in, rc;
   double timeout, grace;
-  int i_args, i_env, i_exit, i_ud;
+  int i_args, i_env, i_exit, i_output, i_ud;
   char **argv, **envp;
   proc_ud *ud;
   corral_run *r;
-  int self_ref, on_exit_ref = LUA_NOREF;
+  int self_ref, on_exit_ref = LUA_NOREF, on_output_ref = LUA_NOREF;
   struct corral_zygote *zyg = NULL;
 
   /* 1. options: every mistake raises before anything is acquired */
@@ -945,6 +1059,23 @@ int corral_spawn(lua_State *L) {
   if (hold && (!report || !ref))
     luaL_argerror(L, 1, "option 'hold' needs 'report', and not 'ref' = false (the launcher "
                         "waits on its report socket)");
+  streaming = corral_opt_boolean(L, 1, "stream", 0);
+  lua_getfield(L, 1, "on_output");
+  i_output = lua_gettop(L);
+  if (!lua_isnil(L, i_output) && lua_type(L, i_output) != LUA_TFUNCTION)
+    luaL_argerror(L, 1, lua_pushfstring(L, "option 'on_output': function expected, got %s",
+                                        luaL_typename(L, i_output)));
+  if (!lua_isnil(L, i_output) && !streaming)
+    luaL_argerror(L, 1, "option 'on_output' needs 'stream' (without it the output is kept and "
+                        "comes in on_exit's result)");
+  if (streaming && kill_on_overflow)
+    luaL_argerror(L, 1, "option 'kill_on_overflow' does not go with 'stream' (nothing is kept, "
+                        "so nothing overflows)");
+  if (streaming && hold)
+    luaL_argerror(L, 1, "option 'hold' does not go with 'stream' (a held launch gets its stdin "
+                        "from proc:go)");
+  if (streaming) out_cap = err_cap = tail = 0; /* nothing of stdout/stderr is kept */
+  has_in = in != NULL || streaming;
 
   argv = string_array(L, i_args, nargs, file);
   envp = string_array(L, i_env, nenv, NULL); /* {NULL}: an empty environment */
@@ -954,6 +1085,7 @@ int corral_spawn(lua_State *L) {
   ud->run = NULL;
   ud->pid = 0;
   ud->done = 0;
+  ud->stream = streaming;
   luaL_setmetatable(L, CORRAL_PROC_MT);
   lua_pushvalue(L, lua_upvalueindex(1)); /* the loop lives as long as the proc */
   lua_setiuservalue(L, -2, 1);
@@ -961,6 +1093,10 @@ int corral_spawn(lua_State *L) {
   if (!lua_isnil(L, i_exit)) {
     lua_pushvalue(L, i_exit);
     on_exit_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  if (!lua_isnil(L, i_output)) {
+    lua_pushvalue(L, i_output);
+    on_output_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   }
   lua_pushvalue(L, i_ud);
   self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -981,11 +1117,14 @@ int corral_spawn(lua_State *L) {
   if (r == NULL) {
     luaL_unref(L, LUA_REGISTRYINDEX, self_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, on_exit_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, on_output_ref);
     return corral_fail_errno(L, ENOMEM, "cannot spawn %s", file);
   }
   r->cl = cl;
   r->self_ref = self_ref;
   r->on_exit_ref = on_exit_ref;
+  r->on_output_ref = on_output_ref;
+  r->stream = streaming != 0;
   r->timeout_ms = has_timeout ? seconds_to_ms(timeout) : 0;
   r->grace_ms = seconds_to_ms(grace);
   r->has_timeout = has_timeout != 0;
@@ -1003,22 +1142,23 @@ int corral_spawn(lua_State *L) {
   r->handles += 3;
 
   if (zyg != NULL)
-    rc = start_in_zygote(r, zyg, in != NULL, (size_t)out_cap, (size_t)err_cap, (size_t)tail,
+    rc = start_in_zygote(r, zyg, has_in, (size_t)out_cap, (size_t)err_cap, (size_t)tail,
                          argv + 1);
   else if (hold && !have_pidfd(cl))
     rc = UV_ENOSYS; /* a held launch is watched through a pidfd */
   else if (ref && have_pidfd(cl)) /* helpers beside the runs (ref = false) start rarely: libuv */
-    rc = start_spawned(r, file, argv, envp, in != NULL, (size_t)out_cap, (size_t)err_cap,
+    rc = start_spawned(r, file, argv, envp, has_in, (size_t)out_cap, (size_t)err_cap,
                        (size_t)tail);
   else
-    rc = start_process(r, file, argv, envp, in != NULL, (size_t)out_cap, (size_t)err_cap,
+    rc = start_process(r, file, argv, envp, has_in, (size_t)out_cap, (size_t)err_cap,
                        (size_t)tail);
   if (rc != 0) {
     /* Nothing is left open: the pipes' fds are closed by uv_close now, the C memory is freed by
      * the close callbacks on the next turn of the loop. */
     luaL_unref(L, LUA_REGISTRYINDEX, self_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, on_exit_ref);
-    r->self_ref = r->on_exit_ref = LUA_NOREF;
+    luaL_unref(L, LUA_REGISTRYINDEX, on_output_ref);
+    r->self_ref = r->on_exit_ref = r->on_output_ref = LUA_NOREF;
     close_all(r);
     return corral_fail_uv(L, rc, "cannot spawn %s", file);
   }
@@ -1135,6 +1275,63 @@ static int proc_go(lua_State *L) {
   return 1;
 }
 
+/* The run of a stream-mode proc, or NULL when it has ended; raises for a proc spawned without
+ * `stream`. */
+static corral_run *stream_run(lua_State *L, const char *what) {
+  proc_ud *ud = check_proc(L);
+  if (!ud->stream) luaL_error(L, "%s: the run was not spawned with 'stream'", what);
+  return ud->run;
+}
+
+/* proc:write(bytes) -> true; false, message when stdin is closed (by close_stdin, a write error
+ * or the end of the run); nil, message, "EAGAIN" when the queue is full (the child does not
+ * read: the bytes already queued and these would pass STDIN_QUEUE_MAX). Writes go out in
+ * order. */
+static int proc_write(lua_State *L) {
+  corral_run *r = stream_run(L, "write");
+  size_t len;
+  const char *s = luaL_checklstring(L, 2, &len);
+  int rc;
+  if (r == NULL || r->in_state != ST_OPEN || r->in_shut) {
+    lua_pushboolean(L, 0);
+    lua_pushstring(L, r == NULL ? "the run has ended" : "stdin is closed");
+    return 2;
+  }
+  if (r->in_queued > STDIN_QUEUE_MAX || len > STDIN_QUEUE_MAX - r->in_queued) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "EAGAIN: queue full: %I bytes wait for the child to read its stdin, and "
+                       "%I more would pass %I", (LUAI_UACINT)r->in_queued, (LUAI_UACINT)len,
+                    (LUAI_UACINT)STDIN_QUEUE_MAX);
+    lua_pushliteral(L, "EAGAIN");
+    return 3;
+  }
+  if (len > 0) {
+    rc = stdin_queue(r, s, len);
+    if (rc == UV_ENOMEM) return corral_fail_uv(L, rc, "write");
+    if (rc != 0) {
+      stdin_close(r);
+      lua_pushboolean(L, 0);
+      lua_pushfstring(L, "stdin is closed (%s)", uv_err_name(rc));
+      return 2;
+    }
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* proc:close_stdin() -> true when this call shut stdin down (the child reads EOF once the queued
+ * writes are out), false when it was closed already or the run has ended. */
+static int proc_close_stdin(lua_State *L) {
+  corral_run *r = stream_run(L, "close_stdin");
+  if (r == NULL || r->in_state != ST_OPEN || r->in_shut) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  stdin_shutdown(r);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 static int proc_done(lua_State *L) {
   lua_pushboolean(L, check_proc(L)->done);
   return 1;
@@ -1173,6 +1370,8 @@ void corral_proc_open(lua_State *L) {
       {"pid", proc_pid},
       {"kill", proc_kill},
       {"go", proc_go},
+      {"write", proc_write},
+      {"close_stdin", proc_close_stdin},
       {"done", proc_done},
       {"result", proc_result},
       {NULL, NULL},
