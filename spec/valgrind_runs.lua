@@ -78,6 +78,30 @@ w:close()
 srv:close()
 core.run("nowait")
 assert(core.rmtree(dir))
+-- stream mode: writes round-trip, an on_output error is re-raised, queued writes are dropped by
+-- a kill, and a run left streaming is closed by the loop's teardown
+do
+  local out, fin = "", nil
+  local p = assert(core.spawn { file = "/bin/sh", args = { "-c", "while read -r l; do echo \"$l\"; done" },
+    stream = true, stdin = "a\n", timeout = 20, on_exit = function(x) fin = x end,
+    on_output = function(_, b) out = out .. b; if b:find("boom") then error("boom") end end })
+  wait(function() return out == "a\n" end)
+  check(p:write("b\n") and p:write("boom\n"), "stream: write")
+  local ok = true
+  while ok and not fin do ok = pcall(core.run, "once") end
+  check(not ok, "stream: on_output error")
+  check(p:close_stdin(), "stream: close_stdin")
+  wait(function() return fin end)
+  check(out == "a\nb\nboom\n" and fin.stdout_bytes == #out, "stream: output")
+  fin = nil
+  p = assert(core.spawn { file = "/bin/sh", args = { "-c", "exec sleep 20" }, stream = true,
+    timeout = 20, grace = 0.1, on_exit = function(x) fin = x end })
+  check(p:write(string.rep("x", 4000000)) and p:write("y"), "stream: queue")
+  p:kill()
+  wait(function() return fin end)
+  assert(core.spawn { file = "/bin/cat", args = {}, stream = true, stdin = "z", timeout = 20,
+    on_output = function() end })
+end
 -- a server left open: the loop's teardown (at lua_close) closes it without Lua
 assert(core.http_listen { listen = "127.0.0.1:0", on_request = function() end })
 core.timer(100, function() end)

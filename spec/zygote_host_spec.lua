@@ -88,6 +88,32 @@ describe("core.zygote (host side)", function()
     assert.is_true(H.eventually(function() return #H.pids_with("sleep 30") == 0 end))
   end)
 
+  it("streams a run: stdin stays open for proc:write, output goes to on_output", function()
+    local z = start()
+    local results, got = {}, { stdout = "", stderr = "" }
+    local proc = spawn(z, { "-c", "while read -r l; do echo \"out $l\"; echo \"err $l\" >&2; done; echo done" },
+      { stream = true, stdin = "a\n", timeout = 60,
+        on_output = function(name, bytes) got[name] = got[name] .. bytes end }, results)
+    local function until_(pred)
+      local deadline = core.hrtime() + 60
+      while not pred() and core.hrtime() < deadline do core.run("once") end
+      assert.is_truthy(pred())
+    end
+    until_(function() return got.stdout == "out a\n" end)
+    assert.is_true(proc:write("b\n"))
+    until_(function() return got.stdout == "out a\nout b\n" end)
+    assert.is_true(proc:close_stdin())
+    wait_for(results, 1)
+    local r = results[1]
+    assert.are.equal("out a\nout b\ndone\n", got.stdout)
+    assert.are.equal("err a\nerr b\n", got.stderr)
+    assert.are.equal("", r.stdout)
+    assert.are.equal(#got.stdout, r.stdout_bytes)
+    assert.are.equal(0, r.exit_status)
+    assert.is_false(proc:write("late\n"))
+    settle(z)
+  end)
+
   it("gives a refused request a launch error", function()
     local z = start()
     local results = {}
