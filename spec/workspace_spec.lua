@@ -260,6 +260,25 @@ open(os.path.join("d/d/d", "near"), "w").write("n")
       assert.are.equal("n", by_path(r.files)["d/d/d/near"].content)
       assert.are.same({ "depth" }, r.files_truncated)
     end)
+
+    it("globs that try every split of a deep tree: the walk stops at its cap, not at the timeout", function()
+      -- 64 globs of two ** each, never matching, against 20000 names 60 directories down: each
+      -- name costs every glob thousands of splits, billions of steps in all (the work dir on
+      -- the host: no tmpfs to run out of inodes)
+      local nopidns = policy.load("default"):extend { pid_namespace = false }
+      local globs = {}
+      for i = 1, 64 do globs[i] = "**/**/z" .. i end
+      local r = run([[
+import os
+p = "/".join(["d"] * 60)
+os.makedirs(p)
+for i in range(20000):
+    open(os.path.join(p, "f%d" % i), "w").close()
+]], { policy = nopidns, collect = globs, timeout = 20, cpu_seconds = 10 })
+      assert.are.equal(0, r.returncode, r.stderr)
+      assert.are.equal("exit", r.reason)
+      assert.are.same({ "scan" }, r.files_truncated)
+    end)
   end)
 
   it("a name that is not UTF-8 comes back as its bytes, and in JSON as base64 beside a readable one", function()

@@ -10,7 +10,7 @@
  * records KIND \0 PATH \0 SIZE \0 MODE \0 STORED \0 and STORED bytes, then "end" \0 SEEN \0 FLAGS \0.
  * KIND: "f" a regular file (the first STORED of its SIZE bytes), "l" a symbolic link (its target,
  * never followed), "e" a file that could not be read (the errno name). FLAGS: what a cap cut, comma
- * separated: "files" (--collect-max N), "bytes" (the total), "scan" (entries looked at), "depth",
+ * separated: "files" (--collect-max N), "bytes" (the total), "scan" (entries looked at, or glob match steps), "depth",
  * "name" (a path longer than PATH_MAX), "write" (FILE could not take more). A FILE without the end
  * record was cut short: the supervisor was killed while it wrote.
  *
@@ -36,6 +36,9 @@
 #define CHUNK 65536
 #define SCAN_MAX 100000         /* directory entries looked at, in all */
 #define DEPTH_MAX 64            /* directories below the work dir */
+/* Steps of glob matching, in all: a "**" tries every split of the path, so a name's cost grows
+ * with its depth times the globs; the caller picks the globs and the program the tree. */
+#define MATCH_MAX (1UL << 24)
 
 /* Scratch of the one supervisor process that does either step (never a vfork child's); what a
  * run keeps is in struct launch (ws). */
@@ -316,7 +319,7 @@ struct walk {
 	dev_t dev;
 	char path[PATH_MAX];
 	unsigned long long files_left, bytes_left, seen;
-	unsigned long scan_left;
+	unsigned long scan_left, match_left;
 	unsigned flags;
 	int stop;
 };
@@ -373,13 +376,16 @@ static void w_head(struct walk *w, const char *kind, unsigned long long size, un
 
 /* Whether PATH matches PAT, segment by segment ("**" matches any number of segments, other
  * segments as fnmatch with FNM_PERIOD); with prefix, whether a path below the directory PATH
- * could. */
-static int gmatch(const char *pat, const char *path, int prefix)
+ * could. Each call takes a step of *left; with none left, no match (the caller stops). */
+static int gmatch(const char *pat, const char *path, int prefix, unsigned long *left)
 {
 	const char *pe, *se;
 	char ps[NAME_MAX + 1], ss[NAME_MAX + 1];
 	size_t pl, sl;
 
+	if (*left == 0)
+		return 0;
+	(*left)--;
 	if (!*path) {
 		if (prefix)
 			return *pat != 0;
@@ -394,26 +400,33 @@ static int gmatch(const char *pat, const char *path, int prefix)
 	pl = (size_t)(pe - pat);
 	sl = (size_t)(se - path);
 	if (pl == 2 && pat[0] == '*' && pat[1] == '*')
-		return gmatch(*pe ? pe + 1 : pe, path, prefix) ||
-		       gmatch(pat, *se ? se + 1 : se, prefix);
+		return gmatch(*pe ? pe + 1 : pe, path, prefix, left) ||
+		       gmatch(pat, *se ? se + 1 : se, prefix, left);
 	if (pl > NAME_MAX || sl > NAME_MAX)
 		return 0;
 	memcpy(ps, pat, pl);
 	ps[pl] = '\0';
 	memcpy(ss, path, sl);
 	ss[sl] = '\0';
-	return fnmatch(ps, ss, FNM_PERIOD) == 0 && gmatch(*pe ? pe + 1 : pe, *se ? se + 1 : se, prefix);
+	return fnmatch(ps, ss, FNM_PERIOD) == 0 &&
+	       gmatch(*pe ? pe + 1 : pe, *se ? se + 1 : se, prefix, left);
 }
 
-static int wanted(const struct plan *p, const char *path, int dir)
+/* Whether w->path is wanted; out of match steps, not, and the walk stops as at its scan cap. */
+static int wanted(struct walk *w, int dir)
 {
+	const struct plan *p = w->p;
 	size_t i;
 
 	if (p->collect_all)
 		return 1;
 	for (i = 0; i < p->ncollect; i++)
-		if (gmatch(p->collect[i], path, dir))
+		if (gmatch(p->collect[i], w->path, dir, &w->match_left))
 			return 1;
+	if (w->match_left == 0) {
+		w->flags |= F_SCAN;
+		w->stop = 1;
+	}
 	return 0;
 }
 
@@ -544,7 +557,7 @@ static void walk_dir(struct walk *w, int dfd, size_t plen, int depth)
 		if (S_ISDIR(st.st_mode)) {
 			int sub;
 
-			if (!wanted(w->p, w->path, 1))
+			if (!wanted(w, 1))
 				continue;
 			if (depth >= DEPTH_MAX) {
 				w->flags |= F_DEPTH;
@@ -555,7 +568,7 @@ static void walk_dir(struct walk *w, int dfd, size_t plen, int depth)
 				walk_dir(w, sub, plen + nlen + (plen ? 1 : 0), depth + 1);
 			continue;
 		}
-		if (!(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) || !wanted(w->p, w->path, 0))
+		if (!(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) || !wanted(w, 0))
 			continue;       /* fifos, sockets, devices: never opened */
 		if (w->p->collect_all && S_ISREG(st.st_mode) && unchanged(w->ws, &st))
 			continue;
@@ -591,6 +604,7 @@ void workspace_collect(struct launch *L)
 	w->files_left = p->collect_files;
 	w->bytes_left = p->collect_bytes;
 	w->scan_left = SCAN_MAX;
+	w->match_left = MATCH_MAX;
 	fsids_take(p, &ou, &og);
 	root = open(p->chdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (root >= 0 && fstat(root, &st) == 0) {
