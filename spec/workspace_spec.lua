@@ -48,6 +48,8 @@ describe("workspace", function()
       { { { path = "a", content = 5 } }, "content must be a string" },
       { { { path = "a", content = "", mode = 4095 } }, "mode must be 0 to 0777" },
       { { { path = "a", content = "", mode = 1.5 } }, "mode must be a whole number" },
+      { { { path = "a", content = "", mode = 1e300 } }, "mode must be 0 to 0777 %(511%), got 1e%+300" },
+      { { { path = "a", content = "", mode = 2^63 } }, "mode must be 0 to 0777 %(511%), got 9%.2233720368548e%+18" },
       { { { path = "a", content = "", owner = 0 } }, "unknown field 'owner'" },
       { { x = 1 }, "must be a list" },
       { "a.txt", "must be a list" },

@@ -74,8 +74,10 @@ function M.check_files(what, key, v, level)
     if math.type(mode) ~= "integer" and not (type(mode) == "number" and mode == math.floor(mode)) then
       fail(what, key, where .. ": mode must be a whole number (0 to 0777), got " .. tostring(mode), level)
     end
-    mode = math.tointeger(mode)
-    if mode < 0 or mode > 511 then fail(what, key, where .. ": mode must be 0 to 0777 (511), got " .. mode, level) end
+    -- (a whole float beyond the integers, 1e300, has no integer value)
+    local m = math.tointeger(mode)
+    if not m or m < 0 or m > 511 then fail(what, key, where .. ": mode must be 0 to 0777 (511), got " .. tostring(mode), level) end
+    mode = m
     if seen[e.path] then fail(what, key, where .. ": the path is given twice (entry " .. seen[e.path] .. ")", level) end
     seen[e.path] = i
     out[i] = { path = e.path, content = e.content, mode = mode }
