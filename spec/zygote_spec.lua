@@ -313,7 +313,8 @@ describe("corral-zygote", function()
   it("documents its options with --help", function()
     local out, status = H.sh(Z.zygote .. " --help")
     assert.are.equal(0, status)
-    for _, opt in ipairs({ "--control-fd", "--net", "--userns", "--python", "--preload", "--env" }) do
+    for _, opt in ipairs({ "--control-fd", "--net", "--userns", "--python", "--preload", "--command",
+      "--flush-handlers", "--env" }) do
       assert.is_truthy(out:find(opt, 1, true), opt)
     end
   end)
@@ -322,6 +323,9 @@ describe("corral-zygote", function()
     local out, status = H.sh(Z.zygote .. " --net sideways --control-fd 0")
     assert.are.equal(2, status)
     assert.is_truthy(out:find("sideways", 1, true), out)
+    out, status = H.sh(Z.zygote .. " --flush-handlers=yes --control-fd 0")
+    assert.are.equal(2, status)
+    assert.is_truthy(out:find("--flush-handlers takes no value", 1, true), out)
     out, status = H.sh(Z.zygote .. " --control-fd 0 </dev/null")
     assert.are.equal(2, status)
     assert.is_truthy(out:find("SOCK_SEQPACKET", 1, true), out)
@@ -454,6 +458,39 @@ json.mark = 1
       zargs("--preload", "json"))
     p.close()
     assert.are.equal("True False\n", out.runs["1"].stdout)
+  end)
+
+  it("with --flush-handlers, its programs flush their output on SIGXCPU and the flush signal", function()
+    -- the plan of a warm run: the program runs its file itself, without the prelude
+    local function code(sig)
+      return "import os, signal, sys\nprint(sys._getframe().f_back, signal.getsignal(signal.SIGXCPU),\n"
+        .. "      signal.getsignal(63))\nos.kill(os.getpid(), " .. sig .. ")\nprint('not reached')\n"
+    end
+    local p1, p2, p3 = Z.plan(code(63), nil, true), Z.plan(code("signal.SIGXCPU"), nil, true),
+      Z.plan("import signal\nprint([signal.getsignal(s) is signal.SIG_DFL for s in (signal.SIGXCPU, 63)])\n",
+        nil, true)
+    local with = zargs()
+    with[#with + 1] = "--flush-handlers"
+    local out = Z.drive({
+      { op = "ready" },
+      Z.run_step(1, p1.args), { op = "wait" },
+      Z.run_step(2, p2.args), { op = "wait" },
+      { op = "close" },
+    }, with)
+    local plain = Z.drive({ { op = "ready" }, Z.run_step(3, p3.args), { op = "wait" }, { op = "close" } }, zargs())
+    p1.close()
+    p2.close()
+    p3.close()
+    local handlers = "None <built-in function _corral_flush> <built-in function _corral_flush>\n"
+    -- the flush signal: flushed, then killed as the stop would have; SIGXCPU: flushed, then its
+    -- own death
+    assert.are.equal(handlers, out.runs["1"].stdout, out.runs["1"].stderr)
+    assert.are.equal("signal 9", how(out.runs["1"].status))
+    assert.are.equal(handlers, out.runs["2"].stdout, out.runs["2"].stderr)
+    assert.are.equal("signal 24", how(out.runs["2"].status))
+    assert.are.equal(0, int(out.exit.status))
+    -- without the option: python3's own dispositions
+    assert.are.equal("[True, True]\n", plain.runs["3"].stdout, plain.runs["3"].stderr)
   end)
 
   it("keeps a seccomp filter per distinct deny list", function()

@@ -21,16 +21,18 @@ M.driver = "spec/zygote_driver.py"
 M.zygote_args = { M.zygote, "--control-fd", "{ctl}", "--net", "new", "--userns", "auto",
   "--python", M.python, "--env", "LANG=C.UTF-8", "--env", "PATH=/usr/bin:/bin" }
 
---- A run directory and the default policy's launcher arguments for `code`.
+--- A run directory and the default policy's launcher arguments for `code`: those of a cold run,
+-- or with `warm`, of a run of the policy's zygote (the program runs its file itself, without the
+-- prelude, in a zygote started with --flush-handlers).
 -- @return plan `{args = {...}, run = run, close = function}`; close() removes the directory and
 -- gives back the uid
-function M.plan(code, opts)
+function M.plan(code, opts, warm)
   local pol = policy.load((opts and opts.policy) or "default")
   local host = assert(hostmod.basics())
   local o = options.check("run_python", opts or {}, options.run_schema)
   o.policy = nil
   o = assert(pol:prepare(o, host))
-  local run = { euid = host.euid, has_nul = code:find("\0", 1, true) ~= nil }
+  local run = { euid = host.euid, has_nul = code:find("\0", 1, true) ~= nil, zygote = warm or nil }
   if host.root and host.setuid and pol.uid_range then
     run.uid = assert(hostmod.take_uid(pol.uid_range[1], pol.uid_range[2]))
     run.gid = run.uid

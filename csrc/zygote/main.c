@@ -1,7 +1,8 @@
 /* corral-zygote: a warm interpreter that forks one fully confined run per request.
  *
  *   corral-zygote --control-fd N [--parent-pid PID] [--net new|require|host] [--userns MODE]
- *                 [--python PATH] [--preload MOD,MOD...] [--env NAME=VALUE]...
+ *                 [--python PATH] [--preload MOD,MOD...] [--command TEXT] [--flush-handlers]
+ *                 [--env NAME=VALUE]...
  *
  * main() is the flat list of the zygote's own steps, in order; then the loop serves the control
  * socket (request.c). The protocol is docs/internals.md, section "corral-zygote".
@@ -44,6 +45,9 @@ static const char help_text[] =
 	"  --preload MOD,...     modules imported once, before any run\n"
 	"  --command TEXT        a `-c TEXT` of the runs (corral's prelude), compiled\n"
 	"                        once: runs with that command do not compile it\n"
+	"  --flush-handlers      every program has the handlers of corral's prelude:\n"
+	"                        stdout and stderr flushed on SIGXCPU (then death by\n"
+	"                        it) and on signal 63 (then death by SIGKILL)\n"
 	"  --env NAME=VALUE      repeatable: the environment Python starts in (its\n"
 	"                        locale: runs must have the same LC_ALL, LC_CTYPE, LANG)\n"
 	"  --help                this text\n";
@@ -87,6 +91,18 @@ static int parse_args(int argc, char **argv, char *err, size_t len)
 
 		if (strcmp(a, "--help") == 0)
 			return 1;
+		if (k == strlen("--flush-handlers") && strncmp(a, "--flush-handlers", k) == 0) {
+			/* the one without a value */
+			if (a[k] == '=') {
+				snprintf(err, len, "--flush-handlers takes no value");
+				return -1;
+			}
+			if (z.flush_handlers++) {
+				snprintf(err, len, "--flush-handlers given twice");
+				return -1;
+			}
+			continue;
+		}
 		if (strncmp(a, "--", 2) != 0) {
 			snprintf(err, len, "unexpected argument '%.64s' (see --help)", a);
 			return -1;

@@ -355,9 +355,16 @@ int py_start(const struct zygote *z, struct strv *lines, char *err, size_t errle
 	}
 	if (init_interpreter(z, err, errlen) != 0)
 		return -1;
-	/* As a fresh python3 leaves them (main.c reset them all first). */
+	if (z->flush_handlers && py_flush_handlers() != 0)
+		return fail(err, errlen, "--flush-handlers");
+	/* As a fresh python3 leaves them (main.c reset them all first), with the flush handlers:
+	 * what each program gets. The zygote's own stay the default. */
 	for (s = 1; s < NSIG; s++)
 		sigaction(s, NULL, &py.sig[s]);
+	if (z->flush_handlers) {
+		signal(SIGXCPU, SIG_DFL);
+		signal(FLUSH_SIGNAL, SIG_DFL);
+	}
 	gc = PyImport_ImportModule("gc");
 	if (!gc)
 		return fail(err, errlen, "gc");

@@ -6,6 +6,7 @@
  *   pyrun.c    the program: the run's state, then the program as python3's main runs it
  *   pyend.c    the program: its end, as Py_RunMain() ends python3
  *   pygc.c     whether the run froze objects (its one use of CPython's internal headers)
+ *   pyflush.c  the program: the flush handlers (SIGXCPU, FLUSH_SIGNAL), set in the zygote
  *
  * What the runs still share with the zygote, and so with each other: the modules imported in it
  * (by design; none holds a run's data, and a module that keeps random state without reseeding at
@@ -84,6 +85,9 @@ extern struct py_state py;
 /* pystart.c */
 PyObject *py_attr_of(const char *module, const char *name);    /* a new reference, or NULL */
 const char *py_env_get(char *const *env, const char *name);    /* NAME=VALUE's VALUE, or NULL */
+
+/* pyflush.c: the flush handlers set in Python's table (--flush-handlers); -1 with an exception. */
+int py_flush_handlers(void);
 
 /* pyend.c: ends the program as python3 ends (exit code code unless the end changes it). */
 NORETURN void py_end(int code);

@@ -24,6 +24,7 @@
  *   pyrun.c    the program: the run's state, then the program as python3's main runs it
  *   pyend.c    the program: its end, as python3 ends
  *   pygc.c     the program: whether the run froze objects (CPython's internal headers)
+ *   pyflush.c  the program: the flush handlers, which the zygote sets once
  *   exec.c     the program: what execve() would have done to it
  * The direct path (a run without a run cgroup):
  *   direct.c   the direct init, and the program it forks
@@ -66,6 +67,7 @@ struct zygote {
 	const char *python;     /* --python: the interpreter runs ask for (sys.executable) */
 	const char *preload;    /* --preload: module names, comma-separated, or NULL */
 	const char *command;    /* --command: a -c COMMAND compiled once, or NULL */
+	int flush_handlers;     /* --flush-handlers: the prelude's handlers in every program */
 	char **env;             /* --env, NULL-terminated: the environment Python starts in */
 	size_t nenv;
 	int spawner;            /* the socket to the spawner */
