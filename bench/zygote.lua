@@ -2,8 +2,8 @@
 -- sent to `exit` received by spec/zygote_driver.py, with the default policy's whole plan
 -- (namespaces, mounts, Landlock, seccomp, budgets; a run uid as root), next to `python3 -I -c`
 -- spawned by the same driver. The cases are interleaved, N rounds after a warm-up, so that the
--- machine's noise hits them alike. corral-launch on the same plan is measured after (through the
--- host module).
+-- machine's noise hits them alike. corral-launch on a cold run's plan is measured after (through
+-- the host module).
 --   lua5.4 bench/zygote.lua [N]
 package.path = "lua/?.lua;lua/?/init.lua;spec/?.lua;" .. package.path
 package.cpath = "csrc/?.so;" .. package.cpath
@@ -25,9 +25,14 @@ local function pct(t, p)
   return s[math.max(1, math.ceil(#s * p))]
 end
 
-local hello, heavy, finalize = Z.plan(HELLO), Z.plan(HEAVY), Z.plan(FINALIZE)
-local zargs = {}
-for i, a in ipairs(Z.zygote_args) do zargs[i] = a end
+-- warm runs' plans and zygotes, as the warm policy makes them (the file run itself, the flush
+-- handlers in the zygote); corral-launch runs a cold run's plan (through the prelude)
+local hello, heavy, finalize = Z.plan(HELLO, nil, true), Z.plan(HEAVY, nil, true), Z.plan(FINALIZE, nil, true)
+local cold = Z.plan(HELLO)
+local zargs, plain_args = {}, {}
+for i, a in ipairs(Z.zygote_args) do zargs[i], plain_args[i] = a, a end
+zargs[#zargs + 1] = "--flush-handlers"
+plain_args[#plain_args + 1] = "--flush-handlers"
 zargs[#zargs + 1] = "--preload"
 zargs[#zargs + 1] = PRELOAD
 
@@ -53,18 +58,19 @@ local plain = Z.drive({
   { op = "bench", n = 10, cases = plain_cases },
   { op = "bench", n = N, cases = plain_cases },
   { op = "close" },
-})
+}, plain_args)
 for _, m in ipairs(plain.messages) do io.stderr:write("driver: ", m, "\n") end
 
 -- corral-launch on the same plan, through the host module
 local launch = {}
 for i = 1, N do
   local t0 = core.hrtime()
-  local r = Z.launch(hello.args)
+  local r = Z.launch(cold.args)
   launch[i] = core.hrtime() - t0
   assert(r.status == 0, r.stderr)
 end
 hello.close()
+cold.close()
 heavy.close()
 finalize.close()
 

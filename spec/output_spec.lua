@@ -115,6 +115,17 @@ describe("output", function()
     end)
   end
 
+  -- the prelude's frames are above a cold program's module level; a warm program has none
+  it("a warm program has no frame above its module's, as under python3 -I FILE", function()
+    local code = "import sys, traceback, warnings\nprint('path=' + __file__)\n"
+      .. "print(sys._getframe().f_back)\ntraceback.print_stack(file=sys.stdout)\n"
+      .. "with warnings.catch_warnings(record=True) as w:\n    warnings.simplefilter('always')\n"
+      .. "    warnings.warn('w', stacklevel=2)\nprint(w[0].filename, w[0].lineno)\n"
+      .. "def f(n):\n    try:\n        return f(n + 1)\n    except RecursionError:\n        return n\n"
+      .. "print(f(0))\n"
+    same_as_bare(code, run(code, { policy = "warm" }))
+  end)
+
   -- three children print, tell the parent over a pipe, and sleep; the parent then sleeps, or exits
   local function forked(after)
     return "import os, time\nr, w = os.pipe()\nfor i in range(3):\n    if os.fork() == 0:\n"

@@ -318,15 +318,17 @@ end
 
 --- The program the launcher runs: the interpreter on the code file.
 -- Without -u in python_args the interpreter runs the code through the prelude (corral.prelude:
--- buffered stdout, flushed when the run is ended). With -u it runs the file itself; Python
--- before 3.12 silently stops reading a source file at its first NUL byte, so such code is then
--- compiled from bytes instead, so that Python itself reports the NUL bytes as an error (the
--- prelude always compiles from bytes).
+-- buffered stdout, flushed when the run is ended); a warm interpreter has the prelude's handlers
+-- itself (corral-zygote --flush-handlers) and runs the file as python3 -I FILE does, where the
+-- prelude's per-run work would copy zygote pages. With -u it runs the file itself. Python before
+-- 3.12 silently stops reading a source file at its first NUL byte: such code goes through the
+-- prelude even when warm, and under -u is compiled from bytes instead, so that Python itself
+-- reports the NUL bytes as an error (the prelude always compiles from bytes).
 -- @param path the code file as the interpreter sees it (default: run.code_path)
 function Policy:python_argv(opts, run, path)
   local argv = { opts.python_exe }
   for _, a in ipairs(self.python_args or { "-I" }) do argv[#argv + 1] = a end
-  if self:prelude() then
+  if self:prelude() and (run.has_nul or not run.zygote) then
     argv[#argv + 1] = "-c"
     argv[#argv + 1] = prelude.source
   elseif run.has_nul then

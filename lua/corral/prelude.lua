@@ -16,6 +16,8 @@
 -- as python3 reports it). The prelude's two frames are there above module level: for a walk up
 -- the stack (f_back, inspect.stack(), traceback.print_stack()), warnings.warn's stacklevel from
 -- module level, and the recursion limit (two frames fewer).
+-- A warm run does not go through it (but for a program with a NUL byte): its zygote has the same
+-- two handlers, in C (csrc/zygote/pyflush.c), and runs FILE itself, as python3 -I FILE does.
 local M = {}
 
 --- The signal a supervisor sends before it kills a run's processes: SIGRTMAX - 1 in the

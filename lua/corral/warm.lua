@@ -32,8 +32,9 @@ function M.args(pol, opts, env)
   if pol.user_namespace then add("--userns", pol.user_namespace) end
   local preload = pol.warm and pol.warm.preload or {}
   if #preload > 0 then add("--preload", table.concat(preload, ",")) end
-  -- the prelude every run's -c gives, compiled once by the zygote
-  if pol:prelude() then add("--command", require("corral.prelude").source) end
+  -- the prelude's handlers in every program, which runs its file itself; the prelude, which a
+  -- program with a NUL byte still runs through, compiled once
+  if pol:prelude() then add("--flush-handlers", "--command", require("corral.prelude").source) end
   for _, e in ipairs(env) do add("--env", e) end
   return a
 end
