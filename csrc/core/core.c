@@ -6,6 +6,8 @@
  */
 #include "core.h"
 
+#include <sys/random.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <sched.h>
@@ -219,8 +221,32 @@ static int l_time(lua_State *L) {
   return 1;
 }
 
+/* core.random_hex(n) -> 2n hex digits of the kernel's random bytes (getrandom): session ids and
+ * the tokens that end a session's requests; 1 <= n <= 64 */
+static int l_random_hex(lua_State *L) {
+  static const char hex[] = "0123456789abcdef";
+  unsigned char b[64];
+  char out[128];
+  lua_Integer n = luaL_checkinteger(L, 1);
+  size_t got = 0, i;
+  luaL_argcheck(L, n >= 1 && n <= 64, 1, "1 to 64 bytes");
+  while (got < (size_t)n) {
+    ssize_t r = getrandom(b + got, (size_t)n - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return corral_fail_errno(L, errno, "getrandom failed");
+    got += (size_t)r;
+  }
+  for (i = 0; i < (size_t)n; i++) {
+    out[2 * i] = hex[b[i] >> 4];
+    out[2 * i + 1] = hex[b[i] & 15];
+  }
+  lua_pushlstring(L, out, 2 * (size_t)n);
+  return 1;
+}
+
 static const luaL_Reg funcs[] = {
     {"set_dumpable", l_set_dumpable},
+    {"random_hex", l_random_hex},
     {"time", l_time},
     {"spawn", corral_spawn},
     {"zygote", corral_zygote_start},
@@ -232,6 +258,7 @@ static const luaL_Reg funcs[] = {
     {"mkdtemp", corral_mkdtemp},
     {"rmtree", corral_rmtree},
     {"write_file", corral_write_file},
+    {"read_file", corral_read_file},
     {"chown", corral_chown},
     {"chmod", corral_chmod},
     {"exists", corral_exists},

@@ -1,5 +1,5 @@
 /*
- * corral.core: files. mkdtemp, rmtree, write_file, chown, chmod, exists.
+ * corral.core: files. mkdtemp, rmtree, write_file, read_file, chown, chmod, exists.
  *
  * None of them follows a symlink in the last component. rmtree walks a tree the sandboxed code
  * may have shaped (symlinks to elsewhere, chmod 000 directories, 10,000 levels of nesting): it
@@ -81,6 +81,47 @@ fail:
   close(fd);
   unlink(path);
   return corral_fail_errno(L, e, "cannot write %s", path);
+}
+
+/* core.read_file(path, max) -> bytes, truncated | nil, err, code: a regular file, never through a
+ * link at its last name, at most `max` bytes of it (a file the host reads back from a run). */
+int corral_read_file(lua_State *L) {
+  const char *path = check_path(L, 1);
+  lua_Integer max = luaL_checkinteger(L, 2);
+  luaL_Buffer b;
+  struct stat st;
+  size_t got = 0;
+  int fd, e;
+  luaL_argcheck(L, max >= 0 && max <= ((lua_Integer)1 << 40), 2, "max out of range");
+  fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    e = errno;
+    return corral_fail_errno(L, e, "cannot open %s", path);
+  }
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    e = S_ISREG(st.st_mode) ? errno : EINVAL;
+    close(fd);
+    return corral_fail_errno(L, e, "%s is not a regular file", path);
+  }
+  luaL_buffinit(L, &b);
+  while (got < (size_t)max) {
+    size_t want = (size_t)max - got;
+    char *p = luaL_prepbuffsize(&b, want < 65536 ? want : 65536);
+    ssize_t r = read(fd, p, want < 65536 ? want : 65536);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      e = errno;
+      close(fd);
+      return corral_fail_errno(L, e, "cannot read %s", path);
+    }
+    if (r == 0) break;
+    luaL_addsize(&b, (size_t)r);
+    got += (size_t)r;
+  }
+  close(fd);
+  luaL_pushresult(&b);
+  lua_pushboolean(L, (lua_Integer)st.st_size > max);
+  return 2;
 }
 
 static lua_Integer check_id(lua_State *L, int arg) {
