@@ -194,7 +194,7 @@ static int parent_of(int root, char *path, char **last)
 	char *s = path, *slash;
 
 	while (d >= 0 && (slash = strchr(s, '/')) != NULL) {
-		int sub;
+		int sub, made;
 
 		*slash = '\0';
 		if (!*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) {
@@ -202,11 +202,14 @@ static int parent_of(int root, char *path, char **last)
 			errno = EINVAL;
 			return -1;
 		}
-		if (mkdirat(d, s, 0755) != 0 && errno != EEXIST) {
+		made = mkdirat(d, s, 0755) == 0;
+		if (!made && errno != EEXIST) {
 			close(d);
 			return -1;
 		}
 		sub = openat(d, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0 && made)
+			fchmod(sub, 0755);      /* exactly, whatever the supervisor's umask */
 		*slash = '/';
 		close(d);
 		d = sub;

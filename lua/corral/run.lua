@@ -118,11 +118,13 @@ function M.write_files(run, o)
 end
 
 --- What the launcher collected, read back: the result's `files`, and how the list was cut.
-local function read_collected(run)
-  local f = io.open(run.files_out, "rb")
-  local data = f and f:read("a") or ""
-  if f then f:close() end
-  return require("corral.workspace").unpack(data)
+-- At most what the policy's caps let the launcher write: the contents, and a record head (a path
+-- and four numbers) per file, and the end record.
+local function read_collected(pol, run)
+  local ws = require "corral.workspace"
+  local caps = ws.caps(pol)
+  local data = core.read_file(run.files_out, caps.out_bytes + (caps.out_files + 1) * (ws.MAX_PATH + 128))
+  return ws.unpack(data or "")
 end
 
 --- The end of a run: its result from the policy, its directory and uid given back, then
@@ -138,7 +140,7 @@ function M.finisher(pol, o, run, host, done)
     end
     if pok and res and run.files_out then
       local info
-      res.files, info = read_collected(run)
+      res.files, info = read_collected(pol, run)
       -- what cut the list short; "lost": the launcher was killed while it wrote
       res.files_truncated = #info.flags > 0 and info.flags or nil
       if not info.complete then res.files_truncated = { "lost" } end
