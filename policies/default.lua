@@ -56,6 +56,9 @@ return policy.base {
   fs_read = {
     "/bin", "/lib", "/lib64", "/usr",         -- the dynamic loader and shared libraries
     "/etc/ld.so.cache", "/etc/localtime",
+    -- Debian's matplotlib reads its defaults, and fontconfig its own, here (a missing path is
+    -- left out of the rules)
+    "/etc/matplotlibrc", "/etc/fonts",
     "/dev/urandom", "/dev/random", "/dev/zero",
     -- granted only when it is the run's own /proc (a PID namespace): its processes alone
     "/proc",
