@@ -49,7 +49,7 @@ BUILD_PKGS := gcc libc6-dev make pkg-config lua5.4 liblua5.4-dev libuv1-dev libs
 	libpython3.11-dev musl-tools
 TEST_PKGS  := $(BUILD_PKGS) lua-busted lua-cjson python3 bubblewrap util-linux procps luarocks valgrind lua-check \
 	curl nginx libnginx-mod-http-lua lua-resty-core python3-yaml shellcheck wrk python3-numpy \
-	python3-venv
+	python3-venv python3-matplotlib
 RUN_PKGS   := $(BUILD_PKGS) libseccomp2 libhttp-parser2.9 libpython3.11 lua-cjson python3 bubblewrap
 # libFuzzer: clang (Debian 12: clang-14) and its runtime libclang_rt.fuzzer (libclang-rt-14-dev)
 FUZZ_PKGS  := $(BUILD_PKGS) clang libclang-rt-14-dev

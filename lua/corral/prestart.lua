@@ -91,7 +91,8 @@ function M.key(p, code, extra)
   -- a run with files or arguments has a launch of its own: they are in its command line
   local o = p.opts
   if not (M.enabled and not pool.broken and (pol.prestart or 0) > 0 and pol.pid_namespace
-          and not pol.wrapper_isolates_network) or o.files or o.args or o.collect then
+          and not pol.wrapper_isolates_network) or o.files or o.args or o.collect
+      or (extra and extra.session) then
     return nil
   end
   local copy = {}

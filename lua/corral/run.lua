@@ -159,6 +159,14 @@ end
 -- settings that are not public options (eval_in_sandbox's kill-on-overflow); `zygote`: the warm
 -- interpreter that forks it.
 function M.spawn_options(pol, o, host, extra, zygote)
+  if extra and extra.on_output then
+    -- a session (corral.session): its stdin stays open, its output goes to on_output as it comes
+    return {
+      file = not zygote and host.launcher or nil, zygote = zygote, stream = true, stdin = "",
+      on_output = extra.on_output, report = true, timeout = o.timeout, grace = pol.grace or 0.2,
+      tail_bytes = pol.tail_bytes or 1024,
+    }
+  end
   return {
     file = not zygote and host.launcher or nil,
     zygote = zygote,
@@ -201,7 +209,7 @@ function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
   local spawn_ok, proc, serr, scode = pcall(function()
     local so = M.spawn_options(pol, o, host, extra, zygote)
     so.args = pol:launch_args(o, run, host)
-    so.stdin = o.stdin
+    so.stdin = so.stdin or o.stdin
     so.on_exit = M.finisher(pol, o, run, host, on_done)
     return core.spawn(so)
   end)

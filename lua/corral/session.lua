@@ -1,0 +1,415 @@
+--- Sessions: one long-lived sandboxed interpreter, with exactly a run's confinement, in which the
+-- caller runs cells one after another (docs/sessions.md).
+--
+-- A session is a run of the session kernel (corral.kernel) started in stream mode: the host writes
+-- requests on its stdin and reads its stdout and stderr as they come. Each request carries a
+-- random token; the kernel ends its answer with the token on both streams, and the answer's JSON
+-- after it on stdout. What came before the tokens is the request's output, kept up to the
+-- session's `max_output` per stream. Output that comes while no request runs (a background thread
+-- or process) is kept, capped, and given with the next cell's.
+--
+-- A cell's wall `timeout` first interrupts it (KeyboardInterrupt in the kernel's main thread: the
+-- session keeps its state); a cell still running `grace` seconds later loses the session: it is
+-- killed, and every later call says it is gone. The session's policy limits (memory, processes,
+-- CPU, the budgets) hold for the whole session, its background processes included; `lifetime` is
+-- its wall-clock limit and `idle_timeout` ends it after that long without a request.
+local core = require "corral.core"
+local kernel = require "corral.kernel"
+local options = require "corral.options"
+local plan = require "corral.plan"
+local runmod = require "corral.run"
+local workspace = require "corral.workspace"
+
+local M = {}
+
+-- Session settings besides the run options (corral.schema's), with their defaults.
+M.SETTINGS = {
+  lifetime = { default = 3600, min = 1, max = 7 * 86400 },      -- seconds
+  idle_timeout = { default = 600, min = 1, max = 7 * 86400 },   -- seconds
+  grace = { default = 2, min = 0.1, max = 60 },                 -- after an interrupt, seconds
+}
+-- The whole session's CPU seconds unless the options say (a policy's maxima still apply).
+M.CPU_SECONDS = 600
+-- A cell's settings.
+M.CELL = {
+  timeout = { default = 30, min = 0.001, max = 86400 },
+  cpu_seconds = { min = 1, max = 86400 },
+}
+-- The largest answer frame a kernel may send (a `get` of a large file, a cell's images).
+local MAX_FRAME = 64 * 1048576
+local B64 = core.b64encode
+
+local Session = { __name = "corral.Session" }
+Session.__index = Session
+
+local function check_number(what, key, v, spec)
+  if type(v) ~= "number" or v ~= v then error(what .. ": option '" .. key .. "' must be a number, got " .. type(v), 0) end
+  if v < spec.min or v > spec.max then
+    error(what .. ": option '" .. key .. "' must be in " .. spec.min .. ".." .. spec.max .. ", got " .. tostring(v), 0)
+  end
+  return v
+end
+
+-- A bounded buffer: the first `cap` bytes kept, the rest counted.
+local function buffer(cap)
+  return { parts = {}, len = 0, total = 0, cap = cap }
+end
+
+local function buf_add(b, s)
+  b.total = b.total + #s
+  local room = b.cap - b.len
+  if room <= 0 then return end
+  if #s > room then s = s:sub(1, room) end
+  b.parts[#b.parts + 1] = s
+  b.len = b.len + #s
+end
+
+local function buf_text(b) return table.concat(b.parts) end
+
+--- Open a session. Options: the run options (corral.schema: policy, memory_mb, cpu_seconds for the
+-- whole session, processes, open_files, file_mb, max_output per cell and stream, files, env...)
+-- and `lifetime`, `idle_timeout`, `grace`.
+-- @return the session, or nil, message, code
+function M.open(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("session: options must be a table, got " .. type(opts), 0) end
+  local run_opts, settings = {}, {}
+  for k, v in pairs(opts) do
+    if M.SETTINGS[k] then settings[k] = check_number("session", k, v, M.SETTINGS[k])
+    elseif k == "stdin" or k == "args" or k == "collect" or k == "timeout" then
+      error("session: option '" .. tostring(k) .. "' is a run's, not a session's (a cell's timeout is exec's)", 0)
+    else run_opts[k] = v end
+  end
+  for k, spec in pairs(M.SETTINGS) do
+    if settings[k] == nil then settings[k] = spec.default end
+  end
+  run_opts = options.check("session", run_opts, options.run_schema)
+  -- the whole session's CPU: more than one run's by default
+  if run_opts.cpu_seconds == nil then run_opts.cpu_seconds = M.CPU_SECONDS end
+  -- matplotlib draws without a display; its figures come back as PNG
+  local env = { MPLBACKEND = "Agg" }
+  for k, v in pairs(run_opts.env or {}) do env[k] = v end
+  run_opts.env = env
+  run_opts.timeout = settings.lifetime
+  local self = setmetatable({ settings = settings, queue_out = buffer(0), queue_err = buffer(0),
+                              count = 0, gone = nil, busy = nil }, Session)
+  local p, err, ecode = plan.of("session", run_opts, { session = true, on_output = function(name, data)
+    self:_output(name, data)
+  end })
+  if not p then return nil, err, ecode end
+  self.max_output = p.o.max_output
+  self.queue_out, self.queue_err = buffer(self.max_output), buffer(self.max_output)
+  self.limits_opts = p.o
+  local proc
+  proc, err, ecode = runmod.start_cold(p.pol, p.o, p.host, kernel.source, function(res, e, c)
+    self:_ended(res, e, c)
+  end, p.extra, p.use_zygote)
+  if not proc then return nil, err, ecode end
+  self.proc = proc
+  self.id = core.random_hex(16)
+  self.started = core.hrtime()
+  self.expires = self.started + settings.lifetime
+  self:_touch()
+  return self
+end
+
+-- The idle timer starts again.
+function Session:_touch()
+  if self.idle then self.idle:close() end
+  self.idle = core.timer(self.settings.idle_timeout, function()
+    self.idle = nil
+    if not self.busy then self:_lose("idle") end
+  end)
+end
+
+-- The session ends now: killed, every later call told why.
+function Session:_lose(why)
+  if not self.gone then self.gone = why end
+  if self.proc then self.proc:kill() end
+end
+
+local function stop_timers(req)
+  if req.timer then req.timer:close() req.timer = nil end
+end
+
+-- Output from the kernel: the current request's, or kept for the next cell.
+function Session:_output(name, data)
+  local req = self.busy
+  if not req then
+    buf_add(name == "stdout" and self.queue_out or self.queue_err, data)
+    return
+  end
+  local st = req[name]
+  if st.done then
+    if name == "stdout" and not req.frame_done then
+      self:_frame(req, data)
+    else
+      -- after this request's end: the next cell's
+      buf_add(name == "stdout" and self.queue_out or self.queue_err, data)
+    end
+    return
+  end
+  -- the token may come split over reads: look in what is kept of the last bytes and the new ones
+  local scan = st.tail .. data
+  local at = scan:find(req.mark, 1, true)
+  if not at then
+    local keep = #scan - (#req.mark - 1)
+    if keep > 0 then
+      buf_add(st.buf, scan:sub(1, keep))
+      st.tail = scan:sub(keep + 1)
+    else
+      st.tail = scan
+    end
+    return
+  end
+  buf_add(st.buf, scan:sub(1, at - 1))
+  st.done = true
+  st.tail = ""
+  local rest = scan:sub(at + #req.mark)
+  if name == "stdout" then
+    self:_frame(req, rest)
+  elseif rest ~= "" then
+    buf_add(self.queue_err, rest)
+  end
+  self:_maybe_done(req)
+end
+
+-- The answer frame after the token on stdout: LENGTH "\n" JSON.
+function Session:_frame(req, data)
+  if data == "" then return end
+  req.frame = req.frame .. data
+  if not req.frame_len then
+    local nl = req.frame:find("\n", 1, true)
+    if not nl then
+      if #req.frame > 20 then return self:_lose("protocol") end
+      return
+    end
+    req.frame_len = tonumber(req.frame:sub(1, nl - 1))
+    if not req.frame_len or req.frame_len > MAX_FRAME then return self:_lose("protocol") end
+    req.frame = req.frame:sub(nl + 1)
+  end
+  if #req.frame >= req.frame_len then
+    local extra = req.frame:sub(req.frame_len + 1)
+    req.frame = req.frame:sub(1, req.frame_len)
+    req.frame_done = true
+    if extra ~= "" then buf_add(self.queue_out, extra) end
+    self:_maybe_done(req)
+  end
+end
+
+function Session:_maybe_done(req)
+  if not (req.stdout.done and req.stderr.done and req.frame_done) then return end
+  local ok, answer = pcall(require("cjson").decode, req.frame)
+  if not ok or type(answer) ~= "table" then return self:_lose("protocol") end
+  self:_finish(req, answer)
+end
+
+-- The request is over: its result to its caller.
+function Session:_finish(req, answer, reason)
+  if self.busy ~= req then return end
+  self.busy = nil
+  -- what waited in case a token began there is output after all
+  for _, name in ipairs({ "stdout", "stderr" }) do
+    local st = req[name]
+    if not st.done and st.tail ~= "" then buf_add(st.buf, st.tail) st.tail = "" end
+  end
+  -- sys.exit(): the kernel ends now
+  stop_timers(req)
+  self:_touch()
+  local res = req.shape(self, req, answer or {}, reason)
+  if res.reason == "exit" and not self.gone then self.gone = "exit" end
+  req.cb(res)
+end
+
+-- (lua-cjson decodes every number as a float)
+local function int(v) return type(v) == "number" and math.tointeger(v) or v end
+
+local function cell_reason(req, answer)
+  local s = answer.status
+  if s == "ok" then return "ok" end
+  if s == "interrupted" then return req.timed_out and "timeout" or "interrupted" end
+  if s == "cpu" then return "cpu" end
+  if s == "exit" then return "exit" end
+  return "error"
+end
+
+local function cell_result(self, req, answer, reason)
+  local out, err = req.stdout.buf, req.stderr.buf
+  local res = {
+    reason = reason or cell_reason(req, answer),
+    stdout = core.utf8_repair(buf_text(out)),
+    stderr = core.utf8_repair(buf_text(err)),
+    truncated = out.total > out.cap or err.total > err.cap,
+    execution_count = int(answer.execution_count),
+    value = answer.value ~= require("cjson").null and answer.value or nil,
+    value_truncated = answer.value_truncated or nil,
+    usage = { wall_s = core.hrtime() - req.t0, cpu_s = answer.cpu_s },
+  }
+  res.ok = res.reason == "ok"
+  if type(answer.error) == "table" then
+    res.error = { type = answer.error.type, message = answer.error.message, traceback = answer.error.traceback }
+  end
+  if type(answer.images) == "table" then
+    res.images = {}
+    for i, b in ipairs(answer.images) do res.images[i] = core.b64decode(b) end
+  end
+  if res.reason == "exit" then res.returncode = int(answer.exit_code) or self.returncode end
+  return res
+end
+
+-- Start request `msg` (its token added); `shape(self, req, answer, reason)` makes its result.
+function Session:_request(msg, timeout, shape, cb)
+  if self.gone then return nil, "ESESSION: the session is gone (" .. self.gone .. ")", "ESESSION" end
+  if self.busy then return nil, "EBUSY: the session is running a request", "EBUSY" end
+  local token = core.random_hex(16)
+  msg.token = token
+  local body = require("cjson").encode(msg)
+  local req = {
+    mark = "\0" .. token .. "\0", t0 = core.hrtime(), frame = "", shape = shape, cb = cb,
+    stdout = { buf = buffer(self.max_output), tail = "" },
+    stderr = { buf = buffer(self.max_output), tail = "" },
+  }
+  -- what came between requests goes first
+  buf_add(req.stdout.buf, buf_text(self.queue_out))
+  buf_add(req.stderr.buf, buf_text(self.queue_err))
+  req.stdout.buf.total = req.stdout.buf.total + (self.queue_out.total - self.queue_out.len)
+  req.stderr.buf.total = req.stderr.buf.total + (self.queue_err.total - self.queue_err.len)
+  self.queue_out, self.queue_err = buffer(self.max_output), buffer(self.max_output)
+  local ok, werr = self.proc:write(#body .. "\n" .. body)
+  if not ok then return nil, "ESESSION: the session is gone (" .. tostring(werr) .. ")", "ESESSION" end
+  self.busy = req
+  if self.idle then self.idle:close() self.idle = nil end
+  req.timer = core.timer(timeout, function()
+    req.timer = nil
+    req.timed_out = true
+    -- first an interrupt, which the session survives; then, after the grace, the session
+    self.proc:write('18\n{"op":"interrupt"}')
+    req.timer = core.timer(self.settings.grace, function()
+      req.timer = nil
+      self:_lose("lost")
+    end)
+  end)
+  return req
+end
+
+-- The kernel ended: a request in flight gets what the run's result says.
+function Session:_ended(res, err, code)
+  self.proc = nil
+  self.result = res
+  if self.idle then self.idle:close() self.idle = nil end
+  local reason = self.gone
+  if not reason then
+    if not res then reason = "lost"
+    elseif res.reason == "exit" then reason = "exit"
+    elseif res.reason == "timeout" then reason = "lifetime"
+    else reason = res.reason end
+    self.gone = reason
+  end
+  self.returncode = res and res.returncode
+  self.end_error = err and (tostring(err) .. " " .. tostring(code)) or nil
+  local req = self.busy
+  if req then
+    -- a cell ended by the session's end: memory, cpu, processes... or lost
+    local r = reason
+    if r == "idle" or r == "lifetime" or r == "protocol" or r == "closed" then r = "lost" end
+    self:_finish(req, req.answer_if_any or {}, r)
+  end
+  if self.on_end then self.on_end(self) end
+end
+
+local function wait_for(self, start)
+  local done, res, err, ecode = false, nil, nil, nil
+  local req
+  req, err, ecode = start(function(r) res, done = r, true end)
+  if not req then return nil, err, ecode end
+  while not done do core.run("once") end
+  return res
+end
+
+--- Run `code` as the next cell; calls `cb(result)` when it has ended. Options: `timeout` (wall
+-- seconds, default 30), `cpu_seconds` (the cell's CPU).
+-- @return true, or nil, message, code (the session is gone, or busy)
+function Session:exec_async(code, eopts, cb)
+  if type(code) ~= "string" then error("exec: code must be a string, got " .. type(code), 0) end
+  eopts = eopts or {}
+  for k in pairs(eopts) do
+    if not M.CELL[k] then error("exec: option '" .. tostring(k) .. "' is not known (timeout, cpu_seconds)", 0) end
+  end
+  local timeout = eopts.timeout and check_number("exec", "timeout", eopts.timeout, M.CELL.timeout) or M.CELL.timeout.default
+  local cpu = eopts.cpu_seconds and check_number("exec", "cpu_seconds", eopts.cpu_seconds, M.CELL.cpu_seconds)
+  local req, err, ecode = self:_request({ op = "exec", code = code, cpu = cpu }, timeout, cell_result, cb)
+  if not req then return nil, err, ecode end
+  return true
+end
+
+--- `exec_async`, waiting (runs the loop: not from a callback).
+function Session:exec(code, eopts)
+  return wait_for(self, function(cb) return self:exec_async(code, eopts, cb) end)
+end
+
+local function file_result(_, req, answer, reason)
+  if reason then return { ok = false, reason = reason } end
+  local res = { ok = answer.status == "ok", reason = answer.status == "ok" and "ok" or "error" }
+  if type(answer.error) == "table" then res.error = { type = answer.error.type, message = answer.error.message } end
+  if answer.content_b64 then
+    res.content = core.b64decode(answer.content_b64)
+    res.size, res.mode, res.truncated = int(answer.size), int(answer.mode), answer.truncated
+  end
+  if type(answer.entries) == "table" then
+    res.entries = {}
+    for i, e in ipairs(answer.entries) do
+      res.entries[i] = { path = core.b64decode(e.path_b64), type = e.type, size = int(e.size) }
+    end
+    res.truncated = answer.truncated
+  end
+  res.stdout, res.stderr = buf_text(req.stdout.buf), buf_text(req.stderr.buf)
+  return res
+end
+
+local function check_path(what, path)
+  if type(path) ~= "string" then error(what .. ": path must be a string, got " .. type(path), 0) end
+  local why = workspace.path_problem(path)
+  if why then error(what .. ": the path '" .. path .. "' " .. why, 0) end
+end
+
+--- Write `bytes` to `path` (relative to the work dir) in the session, never through a link.
+function Session:put(path, bytes, mode)
+  check_path("put", path)
+  if type(bytes) ~= "string" then error("put: content must be a string, got " .. type(bytes), 0) end
+  return wait_for(self, function(cb)
+    return self:_request({ op = "put", path_b64 = B64(path), content_b64 = B64(bytes), mode = mode or 420 },
+      self.settings.grace + 30, file_result, cb)
+  end)
+end
+
+--- The bytes of `path` in the session (at most `max`, default 16 MiB), never through a link.
+function Session:get(path, max)
+  check_path("get", path)
+  return wait_for(self, function(cb)
+    return self:_request({ op = "get", path_b64 = B64(path), max = max or 16 * 1048576 },
+      self.settings.grace + 30, file_result, cb)
+  end)
+end
+
+--- The work dir's entries (at most `max`, default 1000): {path, type, size}.
+function Session:list(max)
+  return wait_for(self, function(cb)
+    return self:_request({ op = "list", max = max or 1000 }, self.settings.grace + 30, file_result, cb)
+  end)
+end
+
+--- End the session: its interpreter and every process it started, its work dir. Waits (runs the
+-- loop) for the run to be cleaned up.
+function Session:close()
+  if not self.gone then self.gone = "closed" end
+  if self.proc then
+    self.proc:kill()
+    while self.proc do core.run("once") end
+  end
+  if self.idle then self.idle:close() self.idle = nil end
+  return true
+end
+
+function Session:alive() return self.gone == nil end
+
+return M

@@ -1,0 +1,205 @@
+-- Sessions: one sandboxed interpreter for many cells, with a run's confinement; state lasts across
+-- cells, a cell's output and result are exactly its own, and nothing of a session outlives it.
+local corral = require "corral"
+local session = require "corral.session"
+local core = require "corral.core"
+local H = require "helper"
+
+local function open(opts)
+  local s, err, ecode = session.open(opts)
+  assert.is_truthy(s, tostring(err) .. " " .. tostring(ecode))
+  return s
+end
+
+local function exec(s, code, opts)
+  local r, err = s:exec(code, opts)
+  assert.is_truthy(r, tostring(err))
+  return r
+end
+
+local function policies()
+  return { "default", "warm" }
+end
+
+describe("session", function()
+  local snap
+  local sessions = {}
+  before_each(function() snap = H.snapshot() sessions = {} end)
+  after_each(function()
+    for _, s in ipairs(sessions) do s:close() end
+    assert(corral.close())
+    H.assert_clean(snap)
+  end)
+  local function new(opts)
+    local s = open(opts)
+    sessions[#sessions + 1] = s
+    return s
+  end
+
+  for _, pol in ipairs(policies()) do
+    it("keeps state across cells, gives each its own output, value and error (" .. pol .. ")", function()
+      local s = new { policy = pol }
+      local r = exec(s, "import math\nx = 41\nprint('one')")
+      assert.are.same({ true, "ok", "one\n", "", 1 }, { r.ok, r.reason, r.stdout, r.stderr, r.execution_count })
+      assert.is_nil(r.value)
+      r = exec(s, "print('two')\nx + 1")
+      assert.are.equal("two\n", r.stdout)
+      assert.are.equal("42", r.value)
+      assert.are.equal(2, r.execution_count)
+      r = exec(s, "def f():\n    return 1 / 0\nf()")
+      assert.is_false(r.ok)
+      assert.are.equal("error", r.reason)
+      assert.are.equal("ZeroDivisionError", r.error.type)
+      assert.are.equal("division by zero", r.error.message)
+      -- the cell's frames, not the kernel's
+      assert.matches('^Traceback %(most recent call last%):\n  File "<cell 3>", line 3, in <module>\n', r.error.traceback)
+      assert.is_nil(r.error.traceback:find("_corral", 1, true))
+      assert.are.equal(r.error.traceback, r.stderr)
+      r = exec(s, "open('state.txt', 'w').write(str(math.pi))\nimport os\nos.getcwd() == os.environ['HOME']")
+      assert.are.equal("True", r.value)
+      local f = s:get("state.txt")
+      assert.are.equal(tostring(math.pi):sub(1, 10), f.content:sub(1, 10))
+    end)
+  end
+
+  it("interrupts a cell at its timeout and keeps the session's state", function()
+    local s = new {}
+    exec(s, "x = 'kept'")
+    local r = exec(s, "import time\nwhile True:\n    time.sleep(0.05)", { timeout = 0.5 })
+    assert.are.equal("timeout", r.reason)
+    assert.are.equal("KeyboardInterrupt", r.error.type)
+    r = exec(s, "x")
+    assert.are.equal("'kept'", r.value)
+    -- a busy loop in Python too
+    r = exec(s, "while True:\n    pass", { timeout = 0.3 })
+    assert.are.equal("timeout", r.reason)
+    assert.are.equal("'kept'", exec(s, "x").value)
+  end)
+
+  it("loses the session when a cell ignores the interrupt, and leaves nothing", function()
+    local s = new { grace = 0.5 }
+    local r = exec(s, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", { timeout = 0.3 })
+    assert.are.equal("lost", r.reason)
+    assert.is_false(s:alive())
+    local r2, err, ecode = s:exec("1")
+    assert.is_nil(r2)
+    assert.are.equal("ESESSION", ecode)
+    assert.matches("gone %(lost%)", err)
+  end)
+
+  it("ends the session on a memory bomb, and on sys.exit with its code", function()
+    local s = new { memory_mb = 128 }
+    local r = exec(s, "b = []\nwhile True:\n    b.append(bytearray(1 << 20))")
+    assert.are.equal("error", r.reason)   -- MemoryError: the cell's, the session lives
+    assert.are.equal("MemoryError", r.error.type)
+    assert.are.equal("ok", exec(s, "del b\n1").reason)
+    r = exec(s, "import sys\nsys.exit(3)")
+    assert.are.equal("exit", r.reason)
+    assert.are.equal(3, r.returncode)
+    assert.is_false(s:alive())
+  end)
+
+  it("survives a fork bomb within its process limit, and its close ends every process", function()
+    local s = new { processes = 8 }
+    local r = exec(s, [[
+import os
+n = 0
+for i in range(50):
+    try:
+        if os.fork() == 0:
+            import time
+            while True:
+                time.sleep(1)
+        n += 1
+    except OSError:
+        pass
+n < 8]])
+    assert.are.equal("True", r.value, r.stderr)
+    assert.are.equal("ok", exec(s, "1").reason)
+  end)
+
+  it("gives each cell its channels back: closed or redirected fds 1 and 2, fake boundaries", function()
+    local s = new {}
+    exec(s, "import os, sys\nos.close(1)\nos.close(2)\nsys.stdout.close()")
+    local r = exec(s, "print('back')\nimport sys\nprint('err', file=sys.stderr)")
+    assert.are.equal("back\n", r.stdout)
+    assert.are.equal("err\n", r.stderr)
+    exec(s, "import os\nf = os.open('redir.txt', os.O_WRONLY | os.O_CREAT)\nos.dup2(f, 1)")
+    assert.are.equal("again\n", exec(s, "print('again')").stdout)
+    -- things that look like the end of a cell are output
+    r = exec(s, "import sys\nsys.stdout.write('\\0' + '0' * 32 + '\\0' + '5\\n{\"a\"}')\nsys.stderr.write('\\0\\0')")
+    assert.are.equal("\0" .. ("0"):rep(32) .. "\0" .. "5\n{\"a\"}", r.stdout)
+    assert.are.equal("\0\0", r.stderr)
+    assert.are.equal("ok", r.reason)
+  end)
+
+  it("gives what a background thread prints after its cell to the next cell", function()
+    local s = new {}
+    local r = exec(s, "import threading, time\ndef late():\n    time.sleep(0.3)\n    print('late', flush=True)\n"
+      .. "threading.Thread(target=late).start()\nprint('now')")
+    assert.are.equal("now\n", r.stdout)
+    -- no cell runs while the thread prints
+    local waited = false
+    local t = core.timer(1, function() waited = true end)
+    while not waited do core.run("once") end
+    t:close()
+    r = exec(s, "print('next')")
+    assert.are.equal("late\nnext\n", r.stdout)
+    -- while a cell runs, it is that cell's
+    exec(s, "threading.Thread(target=late).start()")
+    r = exec(s, "time.sleep(0.6)\nprint('mine')")
+    assert.are.equal("late\nmine\n", r.stdout)
+  end)
+
+  it("ends a cell that kills its own interpreter, and the session with it", function()
+    local s = new {}
+    local r = exec(s, "import os\nprint('before', flush=True)\nos.kill(os.getpid(), 9)")
+    assert.are.equal("before\n", r.stdout)
+    assert.is_false(r.ok)
+    assert.is_false(s:alive())
+  end)
+
+  it("puts and gets files, never through a link, and lists the work dir", function()
+    local s = new { files = { { path = "in/data.csv", content = "a,b\n1,2\n" } } }
+    assert.are.equal("a,b\n1,2\n", exec(s, "open('in/data.csv').read()").value and s:get("in/data.csv").content)
+    assert.is_true(s:put("out/new.bin", "\0\1\2").ok)
+    assert.are.equal("b'\\x00\\x01\\x02'", exec(s, "open('out/new.bin', 'rb').read()").value)
+    exec(s, "import os\nos.symlink('/etc/passwd', 'link')\nos.symlink('/etc', 'dir')")
+    local r = s:get("link")
+    assert.is_false(r.ok)
+    assert.are.equal("OSError", r.error.type)   -- ELOOP: O_NOFOLLOW
+    r = s:get("dir/passwd")
+    assert.is_false(r.ok)
+    r = s:put("dir/x", "no")
+    assert.is_false(r.ok)
+    local l = s:list()
+    local names = {}
+    for _, e in ipairs(l.entries) do names[e.path] = e.type end
+    assert.are.equal("file", names["in/data.csv"])
+    assert.are.equal("link", names["link"])
+    assert.are.equal("directory", names["out"])
+    assert.has_error(function() s:get("../x") end, "get: the path '../x' has a '..' segment")
+  end)
+
+  it("returns each matplotlib figure a cell leaves open as a PNG", function()
+    local ok = os.execute("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null")
+    if not ok then pending("python3-matplotlib is not installed") return end
+    local s = new { memory_mb = 512 }
+    local r = exec(s, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.figure()\nplt.bar([1], [2])\nNone",
+      { timeout = 60 })
+    assert.are.equal("ok", r.reason, r.stderr)
+    assert.are.equal(2, #r.images)
+    for _, png in ipairs(r.images) do assert.are.equal("\137PNG\r\n\26\n", png:sub(1, 8)) end
+    assert.are.equal(0, #exec(s, "1").images)
+  end)
+
+  it("ends at its idle timeout; a second request while one runs is refused", function()
+    local s = new { idle_timeout = 1 }
+    assert(s:exec_async("import time\ntime.sleep(0.5)", {}, function() end))
+    local r, err, ecode = s:exec("1")
+    assert.is_nil(r)
+    assert.are.equal("EBUSY", ecode, err)
+    assert.is_true(H.eventually(function() core.run("once") return not s:alive() end, 10))
+    assert.are.equal("idle", s.gone)
+  end)
+end)
