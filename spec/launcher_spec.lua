@@ -42,6 +42,10 @@ describe("corral-launch", function()
     { "--user-max inotify_instances=2147483648 -- /bin/true", "out of range" },
     { "--deny-pipe-growth -- /bin/true", "--seccomp auto|require" },
     { "--rlimit msgqueue=x -- /bin/true", "x" },
+    { "--work-at /home/w -- /bin/true", "--work-at needs --work-tmpfs" },
+    { "--work-tmpfs 1024 --chdir /tmp --work-at home -- /bin/true", "not an absolute path" },
+    { "--work-tmpfs 1024 --chdir /tmp --work-at /home/../etc -- /bin/true", "'..' segment" },
+    { "--work-tmpfs 1024 --chdir /tmp --work-at /home/w/ -- /bin/true", "empty" },
   }
   for _, c in ipairs(bad) do
     it("exits 2 naming what is wrong in '" .. c[1] .. "'", function()
@@ -88,6 +92,47 @@ describe("corral-launch", function()
     assert.are.same({ kind = "exit", code = 0 }, rep.status)
     assert.is_truthy(rep.usage and rep.usage.user_us + rep.usage.sys_us > 0)
     assert.is_truthy(out:find("b /tmp", 1, true))
+  end)
+
+  describe("the work dir at --work-at", function()
+    local PROG = "import os; print(os.getcwd(), os.environ['HOME'], os.environ['X'], os.environ['Y'], os.listdir('/home'))"
+    local function work_run(dir, mounts)
+      local out = launch("--report-fd 3 " .. mounts .. " --work-tmpfs 1048576 --chdir " .. dir ..
+        " --work-at /home/sandbox --env HOME=/home/sandbox --env X=/home/sandbox/sub --env Y=/home/sandboxes" ..
+        " -- " .. H.python .. " -I -c \"" .. PROG .. "\" 3>&1")
+      return out, report.parse(out)
+    end
+
+    it("is a tmpfs at PATH inside a --tmpfs of the run, the program's cwd", function()
+      local dir = H.sh("mktemp -d /tmp/corral-wa-XXXXXX"):gsub("%s+$", "")
+      local out, rep = work_run(dir, "--pidns --tmpfs /home=1048576")
+      assert.are.equal(0, status(out), out)
+      assert.is_truthy(out:find("/home/sandbox /home/sandbox /home/sandbox/sub /home/sandboxes ['sandbox']", 1, true), out)
+      assert.is_truthy(rep.applied["work-tmpfs"], out)
+      assert.is_nil(rep.refused["work-at"])
+      os.remove(dir)
+    end)
+
+    -- where it cannot be placed, the work dir stays on --chdir and the environment names it there
+    for _, c in ipairs({
+      { "--pidns --tmpfs /var/tmp=1048576", "in no --tmpfs the run mounted", true },
+      { "--no-pidns", "needs --pidns", false },
+    }) do
+      it("stays on --chdir, named in the environment, with " .. c[1], function()
+        local dir = H.sh("mktemp -d /tmp/corral-wa-XXXXXX"):gsub("%s+$", "")
+        local host_had = H.sh("test -e /home/sandbox && echo yes") ~= ""
+        local out, rep = work_run(dir, c[1])
+        assert.are.equal(0, status(out), out)
+        -- (a value that only starts like PATH is left as it is)
+        assert.is_truthy(out:find(dir .. " " .. dir .. " " .. dir .. "/sub /home/sandboxes ", 1, true), out)
+        assert.is_truthy(rep.refused["work-at"], out)
+        assert.is_truthy(rep.refused["work-at"].message:find(c[2], 1, true), out)
+        assert.are.equal(c[3], rep.applied["work-tmpfs"] ~= nil, out)
+        -- nothing was made on the host's filesystem
+        if not host_had then assert.are.equal("", H.sh("test -e /home/sandbox && echo yes")) end
+        H.sh("rm -rf " .. dir)
+      end)
+    end
   end)
 
   describe("a shared network namespace (--hold-net, --net-join)", function()

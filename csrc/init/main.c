@@ -78,7 +78,7 @@ int main(int argc, char **argv)
 	struct launch L;
 	struct prog c;
 	struct outcome o = { OUTCOME_EXIT, EXIT_SETUP };
-	char perr[256], mounts[PLAN_MOUNTS_MAX + 2];
+	char perr[256], mounts[MOUNTS_STATE_LEN];
 	sigset_t set;
 	ssize_t n;
 

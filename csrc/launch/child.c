@@ -198,11 +198,14 @@ static void step_no_new_privs(void)
 		report_refused("no-new-privs", errno, explain(W_NO_NEW_PRIVS, errno));
 }
 
-static int step_chdir(const struct plan *p)
+/* The work dir: --work-at when its tmpfs was mounted there, else --chdir (mounts.c). */
+static int step_chdir(const struct launch *L)
 {
-	if (!p->chdir)
+	const char *dir = mounts_work_dir(L);
+
+	if (!dir)
 		return 0;
-	if (chdir(p->chdir) != 0)
+	if (chdir(dir) != 0)
 		return -1;
 	report_applied("workdir");
 	return 0;
@@ -415,7 +418,7 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	step_no_new_privs();
 	if (landlock_enforce(p, &ll) != 0)      /* needs no_new_privs without CAP_SYS_ADMIN */
 		die(errfd, ll.what, ll.err);
-	if (step_chdir(p) != 0)
+	if (step_chdir(L) != 0)
 		die(errfd, W_CHDIR, errno);
 	if (step_close_fds() != 0)
 		die(errfd, W_FDS, errno);
@@ -429,6 +432,6 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	report_flush();
 	if (L->run_program)
 		L->run_program(L, errfd);       /* corral-zygote: the warm interpreter runs it */
-	execve(p->program, p->args, p->env);
+	execve(p->program, p->args, mounts_env(L));     /* settled before the fork */
 	die(errfd, W_EXEC, errno);
 }

@@ -335,6 +335,13 @@ int landlock_prepare(const struct launch *L, struct landlock *ll)
 		 * the host's directory (/tmp, /dev/shm...), shared with everyone: not granted. */
 		int k = plan_tmpfs_index(p, p->fs_rw[i]);
 
+		/* Of --work-at and --chdir, only the program's work dir (mounts_work_dir): the
+		 * other one is a path of no use to it, or the host's directory under the work
+		 * tmpfs that is mounted elsewhere. */
+		if (p->work_at && (strcmp(p->fs_rw[i], p->work_at) == 0 ||
+				   (p->chdir && strcmp(p->fs_rw[i], p->chdir) == 0)) &&
+		    strcmp(p->fs_rw[i], mounts_work_dir(L)) != 0)
+			continue;
 		if (k >= 0 && !L->mounts.tmpfs_made[k]) {
 			report_refused_at("fs-path", EPERM, p->fs_rw[i],
 					  "its private tmpfs was not mounted, so write access to "

@@ -8,9 +8,12 @@
  *   4. a fresh tmpfs at each --tmpfs PATH: mode 1777, nosuid, nodev, size-limited;
  *   5. when one of them was mounted, each --ro-bind directory mounted back at its path,
  *      read-only, from its O_PATH fd (a tmpfs on /tmp would hide the run's code dir);
- *   6. with --work-tmpfs, a tmpfs on --chdir, mode 0700, owned by the program's ids.
+ *   6. with --work-tmpfs, the work dir: a tmpfs, mode 0700, owned by the program's ids, at
+ *      --work-at when it is given and its parent lies inside a --tmpfs mounted in step 4 (the
+ *      directories along it are made there, never on the host's filesystem), else on --chdir.
  * Refusals are reported and the run goes on; a failed --ro-bind is fatal, because the program
- * would run without its code.
+ * would run without its code. Where the work dir stayed on --chdir, the program's --env values
+ * that name --work-at name --chdir instead (mounts_settle), so HOME and TMPDIR still hold.
  *
  * Each tmpfs is also given nr_inodes = BYTES / 16 KiB, at least 1024 and at most 16384: an
  * inode and its dentry cost about 1 KiB of kernel memory that the size does not count (hard
@@ -28,6 +31,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -43,20 +47,23 @@ void mounts_refuse(const struct plan *p, int err, const char *why)
 		refuse("private-tmp", err, why, "the program shares the host's directories");
 	if (p->work_tmpfs)
 		refuse("work-tmpfs", err, why, "the program works in the host's --chdir directory");
+	if (p->work_at)
+		refuse("work-at", err, why, "the work dir stays on --chdir");
 }
 
 /* What the init mounted (L->mounts) as a string, for corral-zygote's program: 'P' or '-' for
- * /proc, then 'T' or '-' for each --tmpfs. */
+ * /proc, 'W' or '-' for --work-at, then 'T' or '-' for each --tmpfs. */
 void mounts_state(const struct launch *L, char *buf, size_t len)
 {
 	size_t i;
 
-	if (len < PLAN_MOUNTS_MAX + 2)
+	if (len < MOUNTS_STATE_LEN)
 		return;
 	buf[0] = L->mounts.proc_made ? 'P' : '-';
+	buf[1] = L->mounts.work_at ? 'W' : '-';
 	for (i = 0; i < PLAN_MOUNTS_MAX; i++)
-		buf[1 + i] = L->mounts.tmpfs_made[i] ? 'T' : '-';
-	buf[1 + i] = '\0';
+		buf[2 + i] = L->mounts.tmpfs_made[i] ? 'T' : '-';
+	buf[2 + i] = '\0';
 }
 
 void mounts_state_set(struct launch *L, const char *s)
@@ -64,8 +71,71 @@ void mounts_state_set(struct launch *L, const char *s)
 	size_t i;
 
 	L->mounts.proc_made = s[0] == 'P';
-	for (i = 0; i < PLAN_MOUNTS_MAX && s[0] && s[1 + i]; i++)
-		L->mounts.tmpfs_made[i] = s[1 + i] == 'T';
+	L->mounts.work_at = s[0] && s[1] == 'W';
+	for (i = 0; i < PLAN_MOUNTS_MAX && s[0] && s[1] && s[2 + i]; i++)
+		L->mounts.tmpfs_made[i] = s[2 + i] == 'T';
+}
+
+const char *mounts_work_dir(const struct launch *L)
+{
+	return L->mounts.work_at ? L->plan->work_at : L->plan->chdir;
+}
+
+char **mounts_env(const struct launch *L)
+{
+	return L->mounts.env ? L->mounts.env : L->plan->env;
+}
+
+/* The length of the value v when it is path or a path beneath it (what follows is kept), else 0. */
+static size_t names_path(const char *v, const char *path)
+{
+	size_t n = strlen(path);
+
+	return strncmp(v, path, n) == 0 && (v[n] == '\0' || v[n] == '/') ? n : 0;
+}
+
+void mounts_settle(struct launch *L)
+{
+	const struct plan *p = L->plan;
+	size_t i, extra = 0, clen;
+	char **env, *area;
+
+	if (L->mounts.settled)
+		return;
+	L->mounts.settled = 1;
+	if (!p->work_at || L->mounts.work_at || !p->chdir)
+		return;
+	clen = strlen(p->chdir);
+	for (i = 0; i < p->nenv; i++) {
+		const char *v = strchr(p->env[i], '=') + 1;
+
+		if (names_path(v, p->work_at))
+			extra += strlen(p->env[i]) + clen + 1;
+	}
+	if (!extra)
+		return;
+	/* one allocation, the process's until its execve or exit: the vector, then the values */
+	env = malloc((p->nenv + 1) * sizeof *env + extra);
+	if (!env)
+		return;
+	area = (char *)(env + p->nenv + 1);
+	for (i = 0; i < p->nenv; i++) {
+		const char *e = p->env[i], *v = strchr(e, '=') + 1;
+		size_t n = names_path(v, p->work_at);
+
+		env[i] = p->env[i];
+		if (!n)
+			continue;
+		env[i] = area;
+		memcpy(area, e, (size_t)(v - e));
+		area += v - e;
+		memcpy(area, p->chdir, clen);
+		area += clen;
+		strcpy(area, v + n);
+		area += strlen(v + n) + 1;
+	}
+	env[p->nenv] = NULL;
+	L->mounts.env = env;
 }
 
 /* The path of --tmpfs i, NUL-terminated (plan.c checked its length). */
@@ -253,6 +323,50 @@ static int step_ro_binds(const struct plan *p, const int *fds)
 	return 0;
 }
 
+/* The --tmpfs that --work-at lies inside, when it was mounted: its index, or -1. */
+static int work_at_parent(const struct launch *L)
+{
+	const struct plan *p = L->plan;
+	size_t i, n = strlen(p->work_at);
+
+	for (i = 0; i < p->ntmpfs; i++) {
+		size_t k = p->tmpfs[i].path_len;
+
+		if (L->mounts.tmpfs_made[i] && n > k + 1 && p->work_at[k] == '/' &&
+		    memcmp(p->work_at, p->tmpfs[i].path, k) == 0)
+			return (int)i;
+	}
+	return -1;
+}
+
+/* 6a. The work tmpfs at --work-at: 0, or -1 after a refused line (it goes on --chdir then). The
+ * directories along the path are made below the --tmpfs it lies in, which only the init has
+ * written to yet; nothing is made on the host's filesystem. */
+static int step_work_at(struct launch *L, const char *opts)
+{
+	const struct plan *p = L->plan;
+	int err;
+
+	if (work_at_parent(L) < 0) {
+		refuse("work-at", ENOENT, "its parent lies in no --tmpfs the run mounted (the launcher "
+		       "makes no directory on the host's filesystem)", "the work dir stays on --chdir");
+		return -1;
+	}
+	if (mkdir_p(p->work_at) != 0) {
+		refuse("work-at", errno, "cannot make the directory", "the work dir stays on --chdir");
+		return -1;
+	}
+	if (mount("tmpfs", p->work_at, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
+		err = errno;
+		refuse("work-at", err, tmpfs_why(err), "the work dir stays on --chdir");
+		return -1;
+	}
+	L->mounts.work_at = 1;
+	held_watch_mount(L, p->work_at);
+	report_applied("work-tmpfs");
+	return 0;
+}
+
 /* 6. The program's work dir in memory: private to the run, bounded, gone with it. */
 static void step_work_tmpfs(struct launch *L)
 {
@@ -265,6 +379,8 @@ static void step_work_tmpfs(struct launch *L)
 		return;
 	snprintf(opts, sizeof opts, "mode=0700,uid=%u,gid=%u,size=%llu,nr_inodes=%llu", uid, gid,
 		 p->work_tmpfs, inodes_for(p->work_tmpfs));
+	if (p->work_at && step_work_at(L, opts) == 0)
+		return;
 	if (mkdir_p(p->chdir) != 0) {
 		refuse("work-tmpfs", errno, "cannot make the --chdir directory",
 		       "the program works in the host's --chdir directory");
@@ -297,6 +413,7 @@ int mounts_apply(struct launch *L)
 			       "cannot make the new mount namespace private; the program sees the host's /proc");
 		mounts_refuse(p, err, "cannot make the new mount namespace private (mounts would "
 			      "reach the host)");
+		mounts_settle(L);
 		return 0;
 	}
 	step_proc(&L->mounts);                                  /* 2 */
@@ -309,6 +426,7 @@ int mounts_apply(struct launch *L)
 	if (r == 0)
 		step_work_tmpfs(L);                             /* 6 */
 	held_watch_net(L);      /* its unix sockets: by its own /proc's fd tables, if need be */
+	mounts_settle(L);
 	return r;
 }
 
@@ -380,8 +498,8 @@ unsigned long long mounts_largest_file(const struct launch *L)
 	size_t i, left = SCAN_ENTRIES;
 	unsigned long long max = 0;
 
-	if (p->chdir)
-		largest_at(p->chdir, &left, &max);
+	if (mounts_work_dir(L))
+		largest_at(mounts_work_dir(L), &left, &max);
 	for (i = 0; i < p->ntmpfs; i++)
 		if (L->mounts.tmpfs_made[i])
 			largest_at(tmpfs_path(p, i, path), &left, &max);

@@ -73,6 +73,11 @@ static const char help_text[] =
 	"  --work-tmpfs BYTES    with a PID namespace, a tmpfs of BYTES on the\n"
 	"                        --chdir directory (absolute), mode 0700, owned by\n"
 	"                        the program's uid and gid\n"
+	"  --work-at PATH        with --work-tmpfs: the work tmpfs at PATH (its\n"
+	"                        parent inside a --tmpfs the run mounted), the\n"
+	"                        program's cwd; where it cannot be, the work dir\n"
+	"                        stays on --chdir and --env values naming PATH\n"
+	"                        name --chdir\n"
 	"  --files-in FILE       records PATH\\0MODE\\0SIZE\\0 and SIZE bytes: files\n"
 	"                        made in --chdir (relative paths) before the\n"
 	"                        program starts, with its uid and gid\n"
@@ -328,6 +333,27 @@ static int parse_ro_bind(struct plan *p, const char *s, char *err, size_t errlen
 	return 0;
 }
 
+/* A path the launcher makes directories along (inside a tmpfs of the run): every segment a name,
+ * none empty, "." or "..", so that the path says where it is without a lookup. */
+static int parse_work_at(struct plan *p, const char *s, char *err, size_t errlen)
+{
+	const char *seg;
+
+	if (check_path("--work-at", s, strlen(s), err, errlen))
+		return -1;
+	for (seg = s + 1;; seg = strchr(seg, '/') + 1) {
+		size_t n = strcspn(seg, "/");
+
+		if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+			return fail(err, errlen, "--work-at: '%s' has an empty, '.' or '..' segment",
+				    s);
+		if (!seg[n])
+			break;
+	}
+	p->work_at = s;
+	return 0;
+}
+
 static int parse_mech(const char *opt, const char *v, enum plan_mech *out, char *err,
 		      size_t errlen)
 {
@@ -377,7 +403,7 @@ static int parse_syscall(struct plan *p, const char *v, char *err, size_t errlen
 /* Options that take a value; the rest are flags. */
 enum opt {
 	O_REPORT_FD, O_PARENT_PID, O_NET, O_USERNS, O_UID, O_GID, O_RLIMIT, O_ENV, O_CHDIR,
-	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_KILL_UID,
+	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_WORK_AT, O_KILL_UID,
 	O_LANDLOCK, O_FS_RO, O_FS_RW, O_SECCOMP, O_DENY_SYSCALL, O_BUDGET_CPU, O_BUDGET_MEM,
 	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE, O_USER_MAX, O_DENY_PIPE_GROWTH, O_FLUSH_SIGNAL,
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_UNIX_PAIRS, O_CGROUP_REQUIRE,
@@ -403,6 +429,7 @@ static const struct {
 	[O_TMPFS] = { "--tmpfs", 1, 1 },
 	[O_RO_BIND] = { "--ro-bind", 1, 1 },
 	[O_WORK_TMPFS] = { "--work-tmpfs", 1, 0 },
+	[O_WORK_AT] = { "--work-at", 1, 0 },
 	[O_KILL_UID] = { "--kill-uid", 1, 0 },
 	[O_LANDLOCK] = { "--landlock", 1, 0 },
 	[O_FS_RO] = { "--fs-ro", 1, 1 },
@@ -551,6 +578,8 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 		return parse_ro_bind(p, v, err, errlen);
 	case O_WORK_TMPFS:
 		return number("--work-tmpfs", v, 1, TMPFS_MAX, &p->work_tmpfs, err, errlen);
+	case O_WORK_AT:
+		return parse_work_at(p, v, err, errlen);
 	case O_KILL_UID:
 		/* kill(-1) as uid 0 would kill the host; (uid_t)-1 is not a uid. */
 		if (strcmp(v, "0") == 0)
@@ -803,6 +832,10 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	p->has_ids = seen[O_UID];
 	if (p->work_tmpfs && (!p->chdir || p->chdir[0] != '/')) {
 		fail(err, errlen, "--work-tmpfs needs an absolute --chdir (the directory it covers)");
+		goto bad;
+	}
+	if (p->work_at && !p->work_tmpfs) {
+		fail(err, errlen, "--work-at needs --work-tmpfs (the work dir it places)");
 		goto bad;
 	}
 	if ((p->files_in || p->collect_to) && (!p->chdir || p->chdir[0] != '/')) {

@@ -87,6 +87,8 @@ struct plan {
 	const char *ro_bind[PLAN_MOUNTS_MAX];       /* --ro-bind, absolute, in order */
 	size_t nro_bind;
 	unsigned long long work_tmpfs;              /* --work-tmpfs bytes; 0: none */
+	const char *work_at;        /* --work-at PATH: where the work tmpfs goes instead of
+				     * --chdir, or NULL (mounts.c) */
 	/* The program's files (workspace.c): into --chdir before it starts, out after the run. */
 	const char *files_in;       /* --files-in FILE, or NULL */
 	const char *collect_to;     /* --collect-to FILE, or NULL */

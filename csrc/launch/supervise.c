@@ -417,6 +417,8 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 		report_applied("subreaper");
 	else
 		report_refused("subreaper", errno, explain(W_SUBREAPER, errno));
+	/* no mount namespace: the work dir is --chdir, the environment says so */
+	mounts_settle(L);
 	/* a launch started ahead whose PID namespace the kernel refused: the launcher waits for its
 	 * run itself, as the init would have (the code is not in place before the byte) */
 	if (subreaper_prestart_wait(L) != 0 || workspace_in(L) != 0 || prog_start(L, &c) != 0) {

@@ -2,8 +2,8 @@
  *
  * --files-in FILE: records PATH \0 MODE \0 SIZE \0 and SIZE bytes, back to back (the host wrote and
  * checked them: relative paths, no "." or ".." segment, each path once). The supervisor unpacks
- * them into the work dir (--chdir: the run's own tmpfs when there is one) after the mounts and
- * before the program starts.
+ * them into the work dir (mounts_work_dir: --work-at or --chdir, the run's own tmpfs when there
+ * is one) after the mounts and before the program starts.
  *
  * --collect-to FILE with --collect GLOB... or --collect-all: once every process of the run is dead
  * (nothing can change a file while it is read), the supervisor walks the work dir and writes
@@ -290,7 +290,7 @@ int workspace_in(struct launch *L)
 		return 0;
 	name[0] = '\0';
 	fsids_take(p, &ou, &og);
-	root = open(p->chdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	root = open(mounts_work_dir(L), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (root < 0) {
 		rc = -1;
 	} else {
@@ -302,7 +302,7 @@ int workspace_in(struct launch *L)
 	close(L->ws.in_fd);
 	L->ws.in_fd = -1;
 	if (rc != 0) {
-		report_fatal(W_FILES_IN, errno, name[0] ? name : p->chdir);
+		report_fatal(W_FILES_IN, errno, name[0] ? name : mounts_work_dir(L));
 		return -1;
 	}
 	report_applied_num("files-in", (unsigned long long)n);
@@ -609,7 +609,7 @@ void workspace_collect(struct launch *L)
 	w->scan_left = SCAN_MAX;
 	w->match_left = MATCH_MAX;
 	fsids_take(p, &ou, &og);
-	root = open(p->chdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	root = open(mounts_work_dir(L), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (root >= 0 && fstat(root, &st) == 0) {
 		w->dev = st.st_dev;
 		walk_dir(w, root, 0, 0);

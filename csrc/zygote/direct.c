@@ -110,7 +110,7 @@ static NORETURN void program_main(const struct job *j, int errfd, int go)
 {
 	const struct zygote *z = j->z;
 	struct launch L;
-	char mounts[PLAN_MOUNTS_MAX + 2];
+	char mounts[MOUNTS_STATE_LEN];
 	ssize_t n;
 
 	do
@@ -123,6 +123,7 @@ static NORETURN void program_main(const struct job *j, int errfd, int go)
 	mounts_state_set(&L, mounts);
 	report_open(&L, j->plan->report_fd);
 	L.plan = j->plan;
+	mounts_settle(&L);
 	L.shared = &z->ns;
 	L.userns = z->ns.userns;
 	L.netns = L.net_shared = z->ns.net_got;        /* every run shares the zygote's */

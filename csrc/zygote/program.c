@@ -119,7 +119,7 @@ static int send_fields(int sock, const char *const *f, size_t nf, const int *fds
 static pid_t init_start_program(struct launch *L, int wfd)
 {
 	const char **f = malloc((init_side.nargs + 5) * sizeof *f);
-	char mask[16], rfd[16], reply[32], mounts[PLAN_MOUNTS_MAX + 2];
+	char mask[16], rfd[16], reply[32], mounts[MOUNTS_STATE_LEN];
 	int fds[F_MAX], nfds = F_FIXED, nsend, err = 0;
 	size_t i, w;
 	ssize_t n;
@@ -263,6 +263,7 @@ static NORETURN void program_main(const struct zygote *z, struct plan *p, int ma
 	if (cgfd >= 0)
 		budget_set_join_fd(&L, cgfd);
 	L.plan = p;
+	mounts_settle(&L);
 	L.userns = (mask & CLONE_NEWUSER) || z->ns.userns;
 	L.net_shared = z->ns.net_got;   /* every run shares the zygote's */
 	L.run_program = py_run_program;
