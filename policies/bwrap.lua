@@ -42,6 +42,8 @@ local P = policy.load("default"):extend {
   -- where the relay appears inside the sandbox
   relay_path = "/run/corral-launch",
   bwrap_fallback = true,
+  -- bwrap's program works in its own /home; the launcher's work dir stays where it was
+  work_path = false,
 }
 
 -- Directories the dynamic loader searches (its defaults and /etc/ld.so.conf's), where a

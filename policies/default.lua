@@ -33,8 +33,12 @@ return policy.base {
   -- and that vanish with the run, and the work dir (cwd, HOME, TMPDIR) as a tmpfs of work_mb
   -- /run too: it holds the host's unix sockets (D-Bus, container runtimes, /run/lock), which
   -- neither the network namespace nor Landlock keeps a program from connecting to
-  tmpfs = { ["/tmp"] = 16, ["/var/tmp"] = 16, ["/dev/shm"] = 64, ["/run"] = 1 },
+  -- /home too: it hides the host's users' files, and holds the work dir's mount point
+  tmpfs = { ["/tmp"] = 16, ["/var/tmp"] = 16, ["/dev/shm"] = 64, ["/run"] = 1, ["/home"] = 1 },
   work_mb = 64,
+  -- where the program sees its work dir (cwd, HOME, TMPDIR), whatever the host's run directory:
+  -- inside one of `tmpfs`. Where it cannot be placed there (no PID namespace), the host path
+  work_path = "/home/sandbox",
   -- the program's files (`files`, `collect`): the bytes a run may be given, and what it may hand
   -- back: files, bytes of each, bytes in all
   max_files_in_mb = 16,

@@ -379,6 +379,50 @@ local reason_cases = {
     { processes = 8 } },
 }
 
+describe("the work dir", function()
+  local policy = require "corral.policy"
+  local PROG = [[
+import os
+print(os.getcwd() == os.environ["HOME"] == os.environ["TMPDIR"], os.getcwd())
+print(os.listdir("/home"))
+open("f", "w").write("x")
+raise ValueError("where")
+]]
+
+  for _, name in ipairs({ "default", "warm" }) do
+    it("is /home/sandbox, cwd, HOME and TMPDIR, under " .. name .. ", and no host path shows", function()
+      local r = run(PROG, { policy = name })
+      assert.are.equal("True /home/sandbox\n['sandbox']\n", r.stdout, r.stderr)
+      assert.is_truthy(r.stderr:find("ValueError: where", 1, true), r.stderr)
+      assert.is_nil(r.refused and r.refused["work-at"])
+      assert.is_true(H.has(r.limits, "work-tmpfs"))
+    end)
+  end
+
+  it("stays at the host path without a PID namespace, where --work-at is not asked for", function()
+    local r = run(PROG, { policy = policy.load("default"):extend { pid_namespace = false } })
+    local cwd = r.stdout:match("^True (%S+)\n")
+    assert.is_truthy(cwd and cwd:match("/corral%-%w+/work$"), r.stdout .. r.stderr)
+    assert.is_nil(r.refused and r.refused["work-at"])
+  end)
+
+  it("stays at the host path, and says why, where no scratch mount holds work_path", function()
+    local r = run(PROG, { policy = policy.load("default"):extend { tmpfs = { ["/tmp"] = 16 } } })
+    local cwd = r.stdout:match("^True (%S+)\n")
+    assert.is_truthy(cwd and cwd:match("/corral%-%w+/work$"), r.stdout .. r.stderr)
+    assert.is_truthy(r.refused and r.refused["work-at"], r.stdout)
+    assert.is_true(H.has(r.limits, "work-tmpfs"))
+  end)
+
+  it("rejects a work_path that is not a clean absolute path, naming it", function()
+    for _, w in ipairs({ "home/sandbox", "/home/../etc", "/home/sandbox/", "/home//x", 7 }) do
+      local ok, err = pcall(policy.load, policy.load("default"):extend { work_path = w })
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):find("work_path", 1, true), tostring(err))
+    end
+  end)
+end)
+
 describe("reason, from what the sandbox saw", function()
   local snap
   before_each(function() snap = H.snapshot() end)

@@ -17,7 +17,10 @@
 -- `network` ("new": a network namespace per run, "shared": one for every run of this controller,
 -- "host"), `pid_namespace`, `user_namespace` ("auto", "never", "always"), `uid_range` ({first, last}, used when the
 -- controller is root), `tmp_dir`, `tmpfs` (path → MiB: fresh scratch mounts, with a PID
--- namespace), `work_mb` (the work dir as a tmpfs of this size), `kill_on_overflow`, `grace`,
+-- namespace), `work_mb` (the work dir as a tmpfs of this size), `work_path` (where the program
+-- sees that work dir, its cwd, HOME and TMPDIR, e.g. "/home/sandbox", inside one of `tmpfs`:
+-- where the launcher cannot place it there, the host path and `refused["work-at"]`; false: the
+-- host path), `kill_on_overflow`, `grace`,
 -- `tail_bytes`, `code_name`, `wrapper_processes` (processes of a wrapper the launcher runs instead
 -- of the interpreter, such as bwrap's monitor, that RLIMIT_NPROC counts with the program's: added
 -- to `processes`).
@@ -181,6 +184,13 @@ function Policy:check()
   end
   if self.work_mb and (type(self.work_mb) ~= "number" or self.work_mb < 1 or self.work_mb > 1048576) then
     fail(self, "work_mb", "must be MiB in 1..1048576, or false for a work dir on the host")
+  end
+  if self.work_path ~= nil and self.work_path ~= false then
+    local w = self.work_path
+    if type(w) ~= "string" or w:sub(1, 1) ~= "/" or w:find("//", 1, true) or w:sub(-1) == "/"
+      or ("/" .. w .. "/"):find("/%.%.?/") then
+      fail(self, "work_path", "must be an absolute path without empty, '.' or '..' segments, or false")
+    end
   end
   for _, k in ipairs({ "fs_read", "fs_write" }) do
     if self[k] ~= nil then check_paths(self, k, self[k]) end
@@ -351,11 +361,21 @@ function Policy:command(opts, run)
   return self:python_argv(opts, run)
 end
 
---- The sandbox's environment, as NAME=VALUE strings in a stable order.
+--- Where the program sees its work dir: `work_path` when the launcher is asked to put the work
+-- tmpfs there (--work-at: a PID namespace, whose mount namespace holds it, and `work_mb`), else
+-- the host's run directory.
+function Policy:work_dir(run)
+  if self.work_path and self.pid_namespace and self.work_mb then return self.work_path, true end
+  return run.workdir, false
+end
+
+--- The sandbox's environment, as NAME=VALUE strings in a stable order. HOME and TMPDIR are the
+-- work dir; where the launcher cannot place it at `work_path`, it rewrites them to the host path.
 function Policy:environment(opts, run)
   local env = {}
   for k, v in pairs(self.env or {}) do env[k] = v end
-  env.HOME, env.TMPDIR = run.workdir, run.workdir
+  local wd = self:work_dir(run)
+  env.HOME, env.TMPDIR = wd, wd
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local names = {}
   for k in pairs(env) do names[#names + 1] = k end
@@ -381,6 +401,9 @@ function Policy:filesystem_rules(opts, run)
   local function add(list, p)
     if not seen[p] then seen[p] = true; list[#list + 1] = p end
   end
+  -- both: the launcher grants the one the program works in
+  local wd, at = self:work_dir(run)
+  if at then add(rw, wd) end
   add(rw, run.workdir)
   if self.pid_namespace then
     -- private to the run (the launcher grants them only when it mounted them)
@@ -442,6 +465,8 @@ function Policy:launch_args(opts, run, host)
       end
     end
     if self.work_mb then add("--work-tmpfs", int(self.work_mb * 1048576)) end
+    local wd, at = self:work_dir(run)
+    if at then add("--work-at", wd) end
   end
   add("--rlimit", "cpu=" .. int(opts.cpu_seconds))
   add("--rlimit", "as=" .. int(opts.memory_mb * 1048576))
