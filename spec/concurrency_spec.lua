@@ -78,9 +78,9 @@ time.sleep(1.5)
 print(sorted(os.listdir('.')))
 ]]
     local attacker = [[
-import glob, os, time
+import glob, os, sys, time
 time.sleep(0.5)
-mine = os.path.dirname(os.getcwd())   # this run's own directory is fair game
+mine = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0])))   # this run's own directory is fair game
 found = []
 for pattern in ('/tmp/corral-*/code/*', '/tmp/corral-*/work/*', '/dev/shm/corral-*/code/*',
                 '/dev/shm/corral-*/work/*', '/tmp/left-by-victim', '/tmp/*/work/note.txt',

@@ -104,7 +104,7 @@ print("littered", sorted(n for n in os.listdir("/tmp") if MARKER in n))
     name = "the code dir cannot be written, replaced or removed",
     code = ERRNO .. [[
 import os, sys
-code_dir = os.path.join(os.path.dirname(os.getcwd()), "code")
+code_dir = os.path.dirname(os.path.abspath(sys.argv[0]))   # the code's own directory
 main = os.path.join(code_dir, "main.py")
 for what, f in (("write", lambda: open(main, "a").write("x")),
                 ("chmod", lambda: os.chmod(main, 0o777)),
@@ -128,7 +128,7 @@ for what, f in (("write", lambda: open(main, "a").write("x")),
     -- the mounts the launcher made are locked for a namespace the program makes: unmounting /tmp
     -- would bare the host's /tmp, remounting the code dir would make it writable
     code = [[
-import ctypes, errno, os
+import ctypes, errno, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 def en():
     return errno.errorcode.get(ctypes.get_errno(), "?")
@@ -139,7 +139,7 @@ if r == 0:
     open("/proc/self/setgroups", "w").write("deny")
     open("/proc/self/uid_map", "w").write("0 %d 1" % uid)
     open("/proc/self/gid_map", "w").write("0 %d 1" % gid)
-code = os.path.join(os.path.dirname(os.getcwd()), "code")
+code = os.path.dirname(os.path.abspath(sys.argv[0]))
 for p in ("/tmp", "/dev/shm", "/var/tmp", os.getcwd(), code, "/proc"):
     r = libc.umount2(p.encode(), 2)                 # MNT_DETACH
     print("UNMOUNTED" if r == 0 else "kept", p, en() if r else "")
@@ -283,9 +283,9 @@ print("companion done")
       opts = { timeout = 4 },
     },
     code = [[
-import glob, os, time
+import glob, os, sys, time
 time.sleep(0.3)
-mine = os.path.dirname(os.getcwd())
+mine = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0])))   # this run's own directory
 found = []
 for pattern in ("/tmp/corral-*/work/*", "/tmp/corral-*/code/*", "/dev/shm/corral-*/work/*",
                 "/dev/shm/corral-*/code/*", "/tmp/*", "/dev/shm/*", "/var/tmp/*",

@@ -159,7 +159,7 @@ function S.inspector_code(markers, ctx)
   local ww = {}
   for i, p in ipairs(S.world_writable()) do ww[i] = S.pystr(p) end
   return string.format([[
-import ctypes, json, os, zlib
+import ctypes, json, os, sys, zlib
 MARKERS = [%s]
 HOST_HOME = %s
 WORLD_WRITABLE = [%s]
@@ -178,7 +178,8 @@ def scan(d, depth):
         if depth > 0 and os.path.isdir(p) and not os.path.islink(p):
             scan(p, depth - 1)
 cwd = os.getcwd()
-top = os.path.dirname(cwd)
+# the run's directory on the host: its code's (the work dir has a path of its own)
+top = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0])))
 for d in ["/tmp", "/var/tmp", "/dev/shm", cwd, os.environ.get("HOME", cwd), top, HOST_HOME] + WORLD_WRITABLE:
     scan(d, 3)
 try:
