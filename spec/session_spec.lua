@@ -202,4 +202,60 @@ n < 8]])
     assert.is_true(H.eventually(function() core.run("once") return not s:alive() end, 10))
     assert.are.equal("idle", s.gone)
   end)
+
+  it("runs 100 sessions at once, each with its own state", function()
+    local list = {}
+    for i = 1, 100 do list[i] = new { policy = "warm" } end
+    local pending = 0
+    local function all(code_of, check)
+      pending = #list
+      for i, s in ipairs(list) do
+        assert(s:exec_async(code_of(i), { timeout = 120 }, function(r) check(i, r) pending = pending - 1 end))
+      end
+      while pending > 0 do core.run("once") end
+    end
+    all(function(i) return "x = " .. i end, function(i, r) assert.are.equal("ok", r.reason, i .. ": " .. r.stderr) end)
+    all(function() return "x * 2" end, function(i, r) assert.are.equal(tostring(i * 2), r.value, r.stderr) end)
+  end)
+end)
+
+describe("sessions of a controller killed with SIGKILL", function()
+  it("leave no process and nothing running behind", function()
+    local before = {}
+    for _, d in ipairs(H.temp_dirs()) do before[d] = true end
+    local ready = os.tmpname()
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write('package.path = "lua/?.lua;lua/?/init.lua;" .. package.path\n'
+      .. 'package.cpath = "csrc/?.so;" .. package.cpath\n'
+      .. 'local session, core = require "corral.session", require "corral.core"\n'
+      .. 'local n = 0\n'
+      .. 'for _, pol in ipairs({ "default", "warm", "default" }) do\n'
+      .. '  local s = assert(session.open { policy = pol })\n'
+      .. '  assert(s:exec_async("import os, time\\nif os.fork() == 0:\\n    os.setsid()\\nprint(1, flush=True)\\ntime.sleep(300)", { timeout = 600 },\n'
+      .. '    function() end))\n'
+      .. 'end\n'
+      .. 'local t = core.timer(1, function() io.open(' .. string.format("%q", ready) .. ', "w"):write("ready") end)\n'
+      .. 'while true do core.run("once") end\n')
+    f:close()
+    os.remove(ready)
+    local pid = tonumber((H.sh("lua5.4 " .. script .. " >/dev/null 2>&1 & echo $!")))
+    local dirs = {}
+    local function procs()
+      local n = 0
+      for _, d in ipairs(dirs) do n = n + #H.pids_with(d .. "/") end
+      return n
+    end
+    -- three sessions, each its kernel and a setsid child
+    assert.is_true(H.eventually(function()
+      dirs = {}
+      for _, d in ipairs(H.temp_dirs()) do if not before[d] then dirs[#dirs + 1] = d end end
+      return #dirs == 3 and procs() >= 6
+    end, 60), "the sessions did not start: " .. #dirs .. " dirs, " .. procs() .. " processes")
+    core.kill(pid, 9)
+    assert.is_true(H.eventually(function() return procs() == 0 end, 10), "processes of the sessions survived")
+    os.remove(script)
+    os.remove(ready)
+    for _, d in ipairs(dirs) do core.rmtree(d) end
+  end)
 end)
