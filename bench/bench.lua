@@ -572,6 +572,40 @@ local function prints_case(pol)
     return true
   end
 end
+-- a cell print('hello') in a session opened once per policy; and a session opened, its first
+-- cell run (the time of both), closed (not timed)
+local session = require "corral.session"
+local open_sessions = {}
+local function cell_case(pol)
+  return function()
+    local s = open_sessions[pol]
+    if not s or not s:alive() then
+      local err
+      s, err = session.open { policy = pol_of(pol) }
+      if not s then return false, err end
+      open_sessions[pol] = s
+    end
+    local r, err = s:exec(HELLO)
+    if not r then return false, err end
+    if r.reason ~= "ok" or r.stdout ~= "hello\n" then return false, "reason " .. tostring(r.reason) .. " " .. r.stderr:sub(1, 200) end
+    return true
+  end
+end
+local function session_case(pol)
+  return function()
+    local t0 = hrtime()
+    local s, err = session.open { policy = pol_of(pol) }
+    if not s then return false, err end
+    local r
+    r, err = s:exec(HELLO)
+    local dt = hrtime() - t0
+    s:close()
+    if not r then return false, err end
+    if r.reason ~= "ok" or r.stdout ~= "hello\n" then return false, "reason " .. tostring(r.reason) .. " " .. r.stderr:sub(1, 200) end
+    return true, nil, { dt }
+  end
+end
+
 -- print('hello') given 100 files of 10 KB and handed back all of them (collect "**")
 local FILES100 = {}
 for i = 1, 100 do FILES100[i] = { path = fmt("in/f%03d.bin", i), content = ("x"):rep(10240) } end
@@ -609,6 +643,12 @@ if opt.only.latency then
       add("files_" .. pol, "corral " .. pol .. ", 100 files of 10 KB in and out", files_case(pol))
     end
   end
+  for _, pol in ipairs(POLICIES) do
+    if pol ~= "bwrap" then
+      add("cell_" .. pol, "session cell, " .. pol .. " (library)", cell_case(pol))
+    end
+  end
+  if available.warm then add("session_warm", "warm session: open and first cell (library)", session_case("warm")) end
   for _, pol in ipairs(POLICIES) do
     add("cli_" .. pol, "corral run --json --policy " .. pol .. " (CLI)",
       proc_case({ LUA, "bin/corral", "run", "--json", "--policy", pol, code_file }, CLI_OK))
@@ -909,6 +949,63 @@ if opt.only.rss then
                         rate = RUNS / wall, cpu_ms = cpu / RUNS * 1000, failed = fails, first_error = first }
 end
 
+-- 100 idle sessions in this controller: its RSS, and each session's own memory (the PSS of its
+-- processes: the launcher or init and the kernel; a warm session's pages shared with its zygote
+-- count in part)
+local function pss_kb(pid)
+  local t = read_file("/proc/" .. pid .. "/smaps_rollup")
+  return t and tonumber(t:match("\nPss:%s+(%d+) kB")) or 0
+end
+local function tree_pss_kb(root)
+  local kids = {}
+  for _, name in ipairs(core.listdir("/proc") or {}) do
+    local pid = tonumber(name)
+    local st = pid and read_file("/proc/" .. pid .. "/stat")
+    local ppid = st and tonumber(st:match("^%d+ %b() %S+ (%d+)"))
+    if ppid then kids[ppid] = kids[ppid] or {} table.insert(kids[ppid], pid) end
+  end
+  local total, stack = 0, { root }
+  while #stack > 0 do
+    local pid = table.remove(stack)
+    total = total + pss_kb(pid)
+    for _, k in ipairs(kids[pid] or {}) do stack[#stack + 1] = k end
+  end
+  return total
+end
+local IDLE_SESSIONS = 100
+if opt.only.rss then
+  for _, s in pairs(open_sessions) do s:close() end
+  local pol = available.warm and "warm" or "default"
+  progress("idle sessions: %d %s sessions, one cell each", IDLE_SESSIONS, pol)
+  settle()
+  local before = rss_kb()
+  local list, fails, first = {}, 0, nil
+  for i = 1, IDLE_SESSIONS do
+    local s, err = session.open { policy = pol }
+    if s then list[#list + 1] = s else fails, first = fails + 1, first or err end
+  end
+  local pending = #list
+  for _, s in ipairs(list) do
+    local ok, err = s:exec_async("x = list(range(100))", {}, function(r)
+      pending = pending - 1
+      if r.reason ~= "ok" then fails, first = fails + 1, first or r.stderr end
+    end)
+    if not ok then pending, fails, first = pending - 1, fails + 1, first or err end
+  end
+  while pending > 0 do core.run("once") end
+  settle()
+  local after = rss_kb()
+  local pss = {}
+  for _, s in ipairs(list) do pss[#pss + 1] = tree_pss_kb(s.proc:pid()) / 1024 end
+  local st = summary(pss)
+  say("  %d idle %s sessions: controller RSS %s (%s before them, %+.1f MB); each session's PSS median %.1f MB, "
+    .. "p99 %.1f MB%s", #list, pol, mb(after), mb(before), (after - before) / 1024, st and st.median or 0,
+    st and st.p99 or 0, fails > 0 and fmt("; %d FAILED: %s", fails, tostring(first)) or "")
+  report.rss.sessions = { n = #list, policy = pol, controller_kb = after, before_kb = before,
+                          pss_median_mb = st and st.median, pss_p99_mb = st and st.p99, failed = fails }
+  for _, s in ipairs(list) do s:close() end
+end
+
 -- 4. Targets --------------------------------------------------------------------------------------
 
 local function tp(path, pol, conc)
@@ -938,6 +1035,21 @@ do
   local r = d and bare and d.median / bare
   target("default median <= 1.10x bare", r and fmt("%.2fx", r), r and r <= 1.10 and not failed_any("lib_default", "bare"),
     k and bare and fmt("with prestart = 0: %.2fx", k.median / bare) or nil)
+end
+do
+  local ss = report.rss.sessions
+  target("100 idle sessions: controller RSS < 30 MB", ss and mb(ss.controller_kb), ss and ss.controller_kb < 30 * 1024
+    and ss.failed == 0, ss and fmt("each session's PSS: median %.1f MB", ss.pss_median_mb or 0) or nil)
+end
+do
+  local c = stats.session_warm
+  local r = c and bare and c.median / bare
+  target("warm session creation (open and first cell) <= 0.2x bare", r and fmt("%.2fx (%.2f ms)", r, c.median * 1000),
+    r and r <= 0.2 and not failed_any("session_warm", "bare"), warm_note)
+  local cw = stats.cell_warm or stats.cell_default
+  local rc = cw and bare and cw.median / bare
+  target("session cell print('hello') <= 0.03x bare (library)", rc and fmt("%.3fx (%.2f ms)", rc, cw.median * 1000),
+    rc and rc <= 0.03, "through corral serve: not measured yet")
 end
 do
   -- runs with files take no launch started ahead: against default with prestart = 0
