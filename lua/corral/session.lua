@@ -317,10 +317,9 @@ function Session:_ended(res, err, code)
   if self.on_end then self.on_end(self) end
 end
 
-local function wait_for(self, start)
-  local done, res, err, ecode = false, nil, nil, nil
-  local req
-  req, err, ecode = start(function(r) res, done = r, true end)
+local function wait_for(_, start)
+  local done, res = false, nil
+  local req, err, ecode = start(function(r) res, done = r, true end)
   if not req then return nil, err, ecode end
   while not done do core.run("once") end
   return res
