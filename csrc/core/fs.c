@@ -48,26 +48,56 @@ int corral_mkdtemp(lua_State *L) {
 }
 
 /* core.write_file(path, data[, mode=0600]) -> true | nil, err, code. The file must not exist;
- * its mode is exactly `mode` (not masked by the umask). A failed write removes the file. */
+ * its mode is exactly `mode` (not masked by the umask). A failed write removes the file. `data`
+ * is a string or a list of strings. */
+/* All of data[0..len) to fd: 0, or -1 with errno. */
+static int write_all(int fd, const char *data, size_t len) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, data + off, len - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    off += (size_t)w;
+  }
+  return 0;
+}
+
 int corral_write_file(lua_State *L) {
   const char *path = check_path(L, 1);
-  size_t len, off = 0;
-  const char *data = luaL_checklstring(L, 2, &len);
+  size_t len;
+  lua_Integer i, n = 0;
+  const char *data = NULL;
   mode_t mode = check_mode(L, 3, 0600);
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  int e;
+  int fd, e;
+  /* data: a string, or a list of strings written one after another (no copy joins them) */
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    n = (lua_Integer)lua_rawlen(L, 2);
+    for (i = 1; i <= n; i++) {
+      if (lua_rawgeti(L, 2, i) != LUA_TSTRING)
+        return luaL_argerror(L, 2, "a list of strings expected");
+      lua_pop(L, 1);
+    }
+  } else {
+    data = luaL_checklstring(L, 2, &len);
+  }
+  fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     e = errno;
     return corral_fail_errno(L, e, "cannot create %s", path);
   }
   if (fchmod(fd, mode) < 0) goto fail;
-  while (off < len) {
-    ssize_t w = write(fd, data + off, len - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      goto fail;
+  if (data) {
+    if (write_all(fd, data, len) < 0) goto fail;
+  } else {
+    for (i = 1; i <= n; i++) {
+      const char *part;
+      lua_rawgeti(L, 2, i);
+      part = lua_tolstring(L, -1, &len);
+      lua_pop(L, 1); /* (the table keeps the string) */
+      if (write_all(fd, part, len) < 0) goto fail;
     }
-    off += (size_t)w;
   }
   if (close(fd) < 0) {
     e = errno;
@@ -84,13 +114,15 @@ fail:
 }
 
 /* core.read_file(path, max) -> bytes, truncated | nil, err, code: a regular file, never through a
- * link at its last name, at most `max` bytes of it (a file the host reads back from a run). */
+ * link at its last name, at most `max` bytes of it (a file the host reads back from a run). Read
+ * into one buffer of the file's size. */
 int corral_read_file(lua_State *L) {
   const char *path = check_path(L, 1);
   lua_Integer max = luaL_checkinteger(L, 2);
   luaL_Buffer b;
   struct stat st;
-  size_t got = 0;
+  size_t got = 0, want;
+  char *p;
   int fd, e;
   luaL_argcheck(L, max >= 0 && max <= ((lua_Integer)1 << 40), 2, "max out of range");
   fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -103,11 +135,10 @@ int corral_read_file(lua_State *L) {
     close(fd);
     return corral_fail_errno(L, e, "%s is not a regular file", path);
   }
-  luaL_buffinit(L, &b);
-  while (got < (size_t)max) {
-    size_t want = (size_t)max - got;
-    char *p = luaL_prepbuffsize(&b, want < 65536 ? want : 65536);
-    ssize_t r = read(fd, p, want < 65536 ? want : 65536);
+  want = (lua_Integer)st.st_size < max ? (size_t)st.st_size : (size_t)max;
+  p = luaL_buffinitsize(L, &b, want + 1);
+  while (got < want) {
+    ssize_t r = read(fd, p + got, want - got);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       e = errno;
@@ -115,11 +146,10 @@ int corral_read_file(lua_State *L) {
       return corral_fail_errno(L, e, "cannot read %s", path);
     }
     if (r == 0) break;
-    luaL_addsize(&b, (size_t)r);
     got += (size_t)r;
   }
   close(fd);
-  luaL_pushresult(&b);
+  luaL_pushresultsize(&b, got);
   lua_pushboolean(L, (lua_Integer)st.st_size > max);
   return 2;
 }

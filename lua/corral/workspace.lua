@@ -184,7 +184,8 @@ function M.over_caps(pol, files)
   return nil
 end
 
---- The records corral-launch --files-in reads: PATH \0 MODE \0 SIZE \0 and the bytes.
+--- The records corral-launch --files-in reads: PATH \0 MODE \0 SIZE \0 and the bytes, as a
+-- list of strings (core.write_file writes them without joining them).
 function M.pack(files)
   local parts, n = {}, 0
   for _, e in ipairs(files) do
@@ -192,7 +193,7 @@ function M.pack(files)
     parts[n + 2] = e.content
     n = n + 2
   end
-  return table.concat(parts)
+  return parts
 end
 
 local FLAG = { files = "files", bytes = "bytes", scan = "scan", depth = "depth", name = "name" }
