@@ -193,6 +193,17 @@ n < 8]])
     assert.are.equal(0, #exec(s, "1").images)
   end)
 
+  it("reports each cell's memory, and ends at its lifetime", function()
+    local s = new { lifetime = 2 }
+    local r = exec(s, "b = bytearray(50 << 20)\nfor i in range(0, len(b), 4096):\n    b[i] = 1")
+    assert.is_true(r.usage.memory_kb >= 50 * 1024, tostring(r.usage.memory_kb))
+    assert.is_true(r.usage.memory_peak_kb >= r.usage.memory_kb)
+    r = exec(s, "del b")
+    assert.is_true(r.usage.memory_kb < 50 * 1024)
+    assert.is_true(H.eventually(function() core.run("once") return not s:alive() end, 20))
+    assert.are.equal("lifetime", s.gone)
+  end)
+
   it("ends at its idle timeout; a second request while one runs is refused", function()
     local s = new { idle_timeout = 1 }
     assert(s:exec_async("import time\ntime.sleep(0.5)", {}, function() end))

@@ -153,6 +153,16 @@ def _corral_kernel():
             os.kill(os.getpid(), signal.SIGXCPU)
         raise CellCPUExceeded("the cell used its CPU seconds")
 
+    def memory():
+        # the interpreter's resident memory now, and its peak
+        try:
+            with open("/proc/self/statm") as f:
+                now = int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+        except (OSError, ValueError, IndexError):
+            now = None
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return now, max(peak, now or 0)
+
     def cpu_now():
         r = resource.getrusage(resource.RUSAGE_SELF)
         return r.ru_utime + r.ru_stime
@@ -216,6 +226,7 @@ def _corral_kernel():
             res["images"] = images()
         res["wall_s"] = time.monotonic() - t0
         res["cpu_s"] = cpu_now() - c0
+        res["memory_kb"], res["memory_peak_kb"] = memory()
         return res
 
     def walk(path, make=False):

@@ -243,7 +243,8 @@ local function cell_result(self, req, answer, reason)
     execution_count = int(answer.execution_count),
     value = answer.value ~= require("cjson").null and answer.value or nil,
     value_truncated = answer.value_truncated or nil,
-    usage = { wall_s = core.hrtime() - req.t0, cpu_s = answer.cpu_s },
+    usage = { wall_s = core.hrtime() - req.t0, cpu_s = answer.cpu_s, memory_kb = int(answer.memory_kb),
+              memory_peak_kb = int(answer.memory_peak_kb) },
   }
   res.ok = res.reason == "ok"
   if type(answer.error) == "table" then
