@@ -129,6 +129,9 @@ M.release_prestarted = pool.release
 -- a new one.
 -- @return true, or nil and a message when one was still there at the deadline
 function M.close(seconds)
+  -- the sessions started ahead (corral.session), if sessions were used
+  local sessions = package.loaded["corral.session"]
+  if sessions then sessions.close_spares() end
   local released, rerr = pool.release(seconds)
   hostmod.release_idle_uids()
   local pids = warm.close_all()

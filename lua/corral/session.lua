@@ -66,9 +66,94 @@ end
 
 local function buf_text(b) return table.concat(b.parts) end
 
+-- A session started ahead for the next open with the same options, by their key: a warm
+-- kernel is then ready at once. One per key, started when a session of that key opens; let go
+-- of after SPARE_IDLE seconds unused, and by corral.close().
+local spares = {}
+M.SPARE_IDLE = 60
+--- false: no session is started ahead.
+M.spares_enabled = true
+
+-- The options as one string (nil: none are kept ahead for them: a session given files).
+local function spare_key(run_opts, settings)
+  if run_opts.files then return nil end
+  local parts = {}
+  for k, v in pairs(run_opts) do
+    if type(v) == "table" and k == "env" then
+      local e = {}
+      for n, val in pairs(v) do e[#e + 1] = n .. "=" .. val end
+      table.sort(e)
+      v = table.concat(e, "\0")
+    end
+    parts[#parts + 1] = k .. "=" .. tostring(v)
+  end
+  for k, v in pairs(settings) do parts[#parts + 1] = "@" .. k .. "=" .. tostring(v) end
+  table.sort(parts)
+  return table.concat(parts, "\1")
+end
+
+-- Start a session's kernel: the session, or nil, message, code. `ahead`: a spare, whose lifetime
+-- and idle timeout start when it is taken.
+local function start(run_opts, settings, ahead)
+  local self = setmetatable({ settings = settings, queue_out = buffer(0), queue_err = buffer(0),
+                              count = 0, gone = nil, busy = nil }, Session)
+  local ro = {}
+  for k, v in pairs(run_opts) do ro[k] = v end
+  -- the run's own limit, a backstop: the session's lifetime is the host's timer (Session:_give)
+  ro.timeout = math.min(86400 * 8, settings.lifetime + (ahead and M.SPARE_IDLE or 0) + settings.grace + 5)
+  local p, err, ecode = plan.of("session", ro, { session = true, on_output = function(name, data)
+    self:_output(name, data)
+  end })
+  if not p then return nil, err, ecode end
+  self.max_output = p.o.max_output
+  self.queue_out, self.queue_err = buffer(self.max_output), buffer(self.max_output)
+  self.limits_opts = p.o
+  local proc
+  proc, err, ecode = runmod.start_cold(p.pol, p.o, p.host, kernel.source, function(res, e, c)
+    self:_ended(res, e, c)
+  end, p.extra, p.use_zygote)
+  if not proc then return nil, err, ecode end
+  self.proc = proc
+  return self
+end
+
+-- The session is the caller's from now: its id, its lifetime and idle timers.
+function Session:_give()
+  self.id = core.random_hex(16)
+  self.started = core.hrtime()
+  self.expires = self.started + self.settings.lifetime
+  self.life = core.timer(self.settings.lifetime, function()
+    self.life = nil
+    self:_lose("lifetime")
+  end)
+  self:_touch()
+  return self
+end
+
+--- Let go of the sessions started ahead (corral.close() does it).
+function M.close_spares()
+  for key, s in pairs(spares) do
+    spares[key] = nil
+    if s.spare_timer then s.spare_timer:close() s.spare_timer = nil end
+    s:close()
+  end
+end
+
+local function start_spare(key, run_opts, settings)
+  if not (key and M.spares_enabled) or spares[key] then return end
+  local s = start(run_opts, settings, true)
+  if not s then return end
+  spares[key] = s
+  s.spare_timer = core.timer(M.SPARE_IDLE, function()
+    s.spare_timer = nil
+    if spares[key] == s then spares[key] = nil s:close_async() end
+  end)
+end
+
 --- Open a session. Options: the run options (corral.schema: policy, memory_mb, cpu_seconds for the
 -- whole session, processes, open_files, file_mb, max_output per cell and stream, files, env...)
--- and `lifetime`, `idle_timeout`, `grace`.
+-- and `lifetime`, `idle_timeout`, `grace`. A session opened with the options of one before it
+-- (and no files) takes the kernel started ahead for it.
 -- @return the session, or nil, message, code
 function M.open(opts)
   opts = opts or {}
@@ -90,27 +175,20 @@ function M.open(opts)
   local env = { MPLBACKEND = "Agg" }
   for k, v in pairs(run_opts.env or {}) do env[k] = v end
   run_opts.env = env
-  run_opts.timeout = settings.lifetime
-  local self = setmetatable({ settings = settings, queue_out = buffer(0), queue_err = buffer(0),
-                              count = 0, gone = nil, busy = nil }, Session)
-  local p, err, ecode = plan.of("session", run_opts, { session = true, on_output = function(name, data)
-    self:_output(name, data)
-  end })
-  if not p then return nil, err, ecode end
-  self.max_output = p.o.max_output
-  self.queue_out, self.queue_err = buffer(self.max_output), buffer(self.max_output)
-  self.limits_opts = p.o
-  local proc
-  proc, err, ecode = runmod.start_cold(p.pol, p.o, p.host, kernel.source, function(res, e, c)
-    self:_ended(res, e, c)
-  end, p.extra, p.use_zygote)
-  if not proc then return nil, err, ecode end
-  self.proc = proc
-  self.id = core.random_hex(16)
-  self.started = core.hrtime()
-  self.expires = self.started + settings.lifetime
-  self:_touch()
-  return self
+  local key = spare_key(run_opts, settings)
+  local s = key and spares[key]
+  if s then
+    spares[key] = nil
+    if s.spare_timer then s.spare_timer:close() s.spare_timer = nil end
+    if not s:alive() then s = nil end
+  end
+  local err, ecode
+  if not s then
+    s, err, ecode = start(run_opts, settings)
+    if not s then return nil, err, ecode end
+  end
+  start_spare(key, run_opts, settings)
+  return s:_give()
 end
 
 -- The idle timer starts again.
@@ -298,6 +376,8 @@ function Session:_ended(res, err, code)
   self.proc = nil
   self.result = res
   if self.idle then self.idle:close() self.idle = nil end
+  if self.life then self.life:close() self.life = nil end
+  if self.spare_timer then self.spare_timer:close() self.spare_timer = nil end
   local reason = self.gone
   if not reason then
     if not res then reason = "lost"
@@ -318,9 +398,9 @@ function Session:_ended(res, err, code)
   if self.on_end then self.on_end(self) end
 end
 
-local function wait_for(_, start)
+local function wait_for(_, begin)
   local done, res = false, nil
-  local req, err, ecode = start(function(r) res, done = r, true end)
+  local req, err, ecode = begin(function(r) res, done = r, true end)
   if not req then return nil, err, ecode end
   while not done do core.run("once") end
   return res
@@ -398,15 +478,20 @@ function Session:list(max)
   end)
 end
 
+--- End the session now, without waiting: its interpreter and every process it started are
+-- killed, its work dir removed once the loop has seen the end.
+function Session:close_async()
+  if not self.gone then self.gone = "closed" end
+  if self.proc then self.proc:kill() end
+  if self.idle then self.idle:close() self.idle = nil end
+  if self.life then self.life:close() self.life = nil end
+end
+
 --- End the session: its interpreter and every process it started, its work dir. Waits (runs the
 -- loop) for the run to be cleaned up.
 function Session:close()
-  if not self.gone then self.gone = "closed" end
-  if self.proc then
-    self.proc:kill()
-    while self.proc do core.run("once") end
-  end
-  if self.idle then self.idle:close() self.idle = nil end
+  self:close_async()
+  while self.proc do core.run("once") end
   return true
 end
 
