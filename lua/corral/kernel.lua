@@ -254,6 +254,11 @@ def _corral_kernel():
     def put(req):
         d, last = walk(path_of(req), make=True)
         try:
+            try:
+                os.stat(last, dir_fd=d, follow_symlinks=False)
+                created = False
+            except FileNotFoundError:
+                created = True
             fd = os.open(last, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
                          req.get("mode", 0o644), dir_fd=d)
         finally:
@@ -263,7 +268,7 @@ def _corral_kernel():
             os.fchmod(fd, req.get("mode", 0o644))
         finally:
             os.close(fd)
-        return {"status": "ok"}
+        return {"status": "ok", "created": created}
 
     def get(req):
         d, last = walk(path_of(req))

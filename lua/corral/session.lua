@@ -122,6 +122,7 @@ function Session:_give()
   self.id = core.random_hex(16)
   self.started = core.hrtime()
   self.expires = self.started + self.settings.lifetime
+  self.expires_at = os.time() + self.settings.lifetime   -- the same instant, as Unix time
   self.life = core.timer(self.settings.lifetime, function()
     self.life = nil
     self:_lose("lifetime")
@@ -194,6 +195,7 @@ end
 -- The idle timer starts again.
 function Session:_touch()
   if self.idle then self.idle:close() end
+  self.idle_deadline = core.hrtime() + self.settings.idle_timeout
   self.idle = core.timer(self.settings.idle_timeout, function()
     self.idle = nil
     if not self.busy then self:_lose("idle") end
@@ -396,6 +398,8 @@ function Session:_ended(res, err, code)
     self:_finish(req, req.answer_if_any or {}, r)
   end
   if self.on_end then self.on_end(self) end
+  for _, cb in ipairs(self.closed_waiters or {}) do cb() end
+  self.closed_waiters = nil
 end
 
 local function wait_for(_, begin)
@@ -442,6 +446,7 @@ local function file_result(_, req, answer, reason)
     end
     res.truncated = answer.truncated
   end
+  if answer.created ~= nil then res.created = answer.created end
   res.stdout, res.stderr = buf_text(req.stdout.buf), buf_text(req.stderr.buf)
   return res
 end
@@ -452,39 +457,70 @@ local function check_path(what, path)
   if why then error(what .. ": the path '" .. path .. "' " .. why, 0) end
 end
 
---- Write `bytes` to `path` (relative to the work dir) in the session, never through a link.
-function Session:put(path, bytes, mode)
+-- A file request's settings: how long the kernel may take to answer.
+local function file_timeout(self) return self.settings.grace + 30 end
+
+--- Write `bytes` to `path` (relative to the work dir) in the session, never through a link; calls
+-- `cb(result)` from the loop (`result.created`: the file did not exist before).
+-- @return true, or nil, message, code (the session is gone, or busy)
+function Session:put_async(path, bytes, mode, cb)
   check_path("put", path)
   if type(bytes) ~= "string" then error("put: content must be a string, got " .. type(bytes), 0) end
-  return wait_for(self, function(cb)
-    return self:_request({ op = "put", path_b64 = B64(path), content_b64 = B64(bytes), mode = mode or 420 },
-      self.settings.grace + 30, file_result, cb)
-  end)
+  local req, err, ecode = self:_request({ op = "put", path_b64 = B64(path), content_b64 = B64(bytes),
+    mode = mode or 420 }, file_timeout(self), file_result, cb)
+  if not req then return nil, err, ecode end
+  return true
 end
 
---- The bytes of `path` in the session (at most `max`, default 16 MiB), never through a link.
-function Session:get(path, max)
+--- `put_async`, waiting (runs the loop: not from a callback).
+function Session:put(path, bytes, mode)
+  return wait_for(self, function(cb) return self:put_async(path, bytes, mode, cb) end)
+end
+
+--- The bytes of `path` in the session (at most `max`, default 16 MiB), never through a link;
+-- calls `cb(result)` from the loop.
+-- @return true, or nil, message, code (the session is gone, or busy)
+function Session:get_async(path, max, cb)
   check_path("get", path)
-  return wait_for(self, function(cb)
-    return self:_request({ op = "get", path_b64 = B64(path), max = max or 16 * 1048576 },
-      self.settings.grace + 30, file_result, cb)
-  end)
+  local req, err, ecode = self:_request({ op = "get", path_b64 = B64(path), max = max or 16 * 1048576 },
+    file_timeout(self), file_result, cb)
+  if not req then return nil, err, ecode end
+  return true
 end
 
---- The work dir's entries (at most `max`, default 1000): {path, type, size}.
+--- `get_async`, waiting (runs the loop: not from a callback).
+function Session:get(path, max)
+  return wait_for(self, function(cb) return self:get_async(path, max, cb) end)
+end
+
+--- The work dir's entries (at most `max`, default 1000): {path, type, size}; calls `cb(result)`
+-- from the loop.
+-- @return true, or nil, message, code (the session is gone, or busy)
+function Session:list_async(max, cb)
+  local req, err, ecode = self:_request({ op = "list", max = max or 1000 }, file_timeout(self), file_result, cb)
+  if not req then return nil, err, ecode end
+  return true
+end
+
+--- `list_async`, waiting (runs the loop: not from a callback).
 function Session:list(max)
-  return wait_for(self, function(cb)
-    return self:_request({ op = "list", max = max or 1000 }, self.settings.grace + 30, file_result, cb)
-  end)
+  return wait_for(self, function(cb) return self:list_async(max, cb) end)
 end
 
---- End the session now, without waiting: its interpreter and every process it started are
--- killed, its work dir removed once the loop has seen the end.
-function Session:close_async()
-  if not self.gone then self.gone = "closed" end
-  if self.proc then self.proc:kill() end
+--- End the session without waiting: its interpreter and every process it started are killed now;
+-- `cb()` (optional) is called from the loop once its run has been cleaned up (its work dir
+-- removed). `why` (default "closed") is what later calls are told.
+function Session:close_async(cb, why)
+  if not self.gone then self.gone = why or "closed" end
   if self.idle then self.idle:close() self.idle = nil end
   if self.life then self.life:close() self.life = nil end
+  if not self.proc then
+    if cb then cb() end
+    return true
+  end
+  if cb then self.closed_waiters = self.closed_waiters or {} table.insert(self.closed_waiters, cb) end
+  self.proc:kill()
+  return true
 end
 
 --- End the session: its interpreter and every process it started, its work dir. Waits (runs the
