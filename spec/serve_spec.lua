@@ -609,6 +609,291 @@ describe("corral serve", function()
     end
   end)
 
+  describe("sessions", function()
+    local b64 = core.b64encode
+
+    -- POST /v1/sessions; returns its id (asserting 201) and the decoded answer.
+    local function open_session(s, body)
+      local status, headers, text, obj = http(s, "POST", "/v1/sessions", json(body or {}))
+      assert.are.equal(201, status, text)
+      assert.are.equal("/v1/sessions/" .. obj.id, headers.location)
+      return obj.id, obj
+    end
+
+    local function exec(s, id, body, extra)
+      return http(s, "POST", "/v1/sessions/" .. id .. "/exec", json(body), extra)
+    end
+
+    it("opens a session whose cells keep their state, answers each cell as JSON, and closes it", function()
+      local s = start_server("--instance c1")
+      local id, opened = open_session(s, { memory_mb = 512, lifetime = 600, idle_timeout = 60,
+        files = { { path = "data.txt", content = b64("a\nb\n") } } })
+      assert.is_truthy(id:match("^c1%-" .. ("%x"):rep(32) .. "$"), id)
+      assert.is_true(H.has(opened.limits, "memory"), json(opened.limits))
+      assert.is_true(H.has(opened.limits, "no-network"), json(opened.limits))
+      assert.is_truthy(opened.expires_at:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$"), opened.expires_at)
+      local status, _, text, r = exec(s, id, { code = "x = len(open('data.txt').read().split())\nx" })
+      assert.are.equal(200, status, text)
+      assert.are.equal("2", r.value)
+      assert.are.equal("ok", r.reason)
+      assert.is_true(r.ok)
+      assert.are.equal(1, r.execution_count)
+      assert.are.same({}, r.images)
+      assert.are.equal(cjson.null, r.error)
+      status, _, text, r = exec(s, id, { code = "print('x is', x)\nx += 1\n1/0", timeout = 10 })
+      assert.are.equal(200, status, text)
+      assert.are.equal("error", r.reason)
+      assert.is_false(r.ok)
+      assert.are.equal("x is 2\n", r.stdout)
+      assert.are.equal("ZeroDivisionError", r.error.type)
+      assert.is_truthy(r.error.traceback:find("<cell 2>", 1, true), text)
+      assert.are.equal(2, r.execution_count)
+      assert.is_number(r.usage.wall_s)
+      status, _, text, r = exec(s, id, { code = "import matplotlib.pyplot as plt\nplt.plot([1, x])\nx", timeout = 60 })
+      assert.are.equal(200, status, text)
+      assert.are.equal("3", r.value)
+      assert.are.equal(1, #r.images, text)
+      assert.are.equal("\137PNG", core.b64decode(r.images[1]):sub(1, 4))
+      -- DELETE: 204 once it is gone; then 410 naming why
+      status = http(s, "DELETE", "/v1/sessions/" .. id)
+      assert.are.equal(204, status)
+      status, _, text, r = exec(s, id, { code = "x" })
+      assert.are.equal(410, status, text)
+      assert.are.equal("session_gone", r.error.code)
+      assert.is_truthy(r.error.message:find("(closed)", 1, true), text)
+      -- sys.exit() ends a session too: its cell says so, later requests are told why
+      local id2 = open_session(s)
+      status, _, text, r = exec(s, id2, { code = "import sys\nsys.exit(3)" })
+      assert.are.equal(200, status, text)
+      assert.are.equal("exit", r.reason)
+      assert.are.equal(3, r.returncode)
+      assert.is_true(H.eventually(function()
+        local st, _, _, o = exec(s, id2, { code = "1" })
+        return st == 410 and o.error.message:find("(exit)", 1, true) ~= nil
+      end, 5))
+      local _, _, m = http(s, "GET", "/metrics")
+      assert.are.equal(0, metric(m, "corral_sessions_open"), m)
+      assert.are.equal(2, metric(m, "corral_sessions_created_total"), m)
+      assert.are.equal(1, metric(m, 'corral_sessions_ended_total{why="closed"}'), m)
+      assert.are.equal(1, metric(m, 'corral_sessions_ended_total{why="exit"}'), m)
+      assert.are.equal(0, metric(m, 'corral_sessions_ended_total{why="idle"}'), m)
+      assert.are.equal(4, metric(m, 'corral_http_requests_total{route="/v1/sessions/{id}/exec",status="200"}'), m)
+    end)
+
+    it("puts, gets and lists a session's files; checks their paths and never follows a link", function()
+      local s = start_server("")
+      local id = open_session(s)
+      local base = "/v1/sessions/" .. id .. "/files/"
+      local bytes = "bin\0ary\255\n"
+      local status, _, text = http(s, "PUT", base .. "sub%2Fdata.bin", bytes)
+      assert.are.equal(201, status, text)
+      status, _, text = http(s, "PUT", base .. "sub/data.bin", bytes)
+      assert.are.equal(200, status, text)
+      local headers, body
+      status, headers, body = http(s, "GET", base .. "sub/data.bin")
+      assert.are.equal(200, status, body)
+      assert.are.equal("application/octet-stream", headers["content-type"])
+      assert.are.equal(bytes, body)
+      -- the program sees it, and its own files come back
+      local r
+      status, _, text, r = http(s, "POST", "/v1/sessions/" .. id .. "/exec", json { code =
+        "import os\nopen('out.txt', 'w').write('from the cell')\nos.symlink('/etc/passwd', 'ln')\n"
+        .. "len(open('sub/data.bin', 'rb').read())" })
+      assert.are.equal(200, status, text)
+      assert.are.equal(tostring(#bytes), r.value)
+      status, _, body = http(s, "GET", base .. "out.txt")
+      assert.are.equal(200, status, body)
+      assert.are.equal("from the cell", body)
+      status, _, text, r = http(s, "GET", "/v1/sessions/" .. id .. "/files")
+      assert.are.equal(200, status, text)
+      local kinds = {}
+      for _, e in ipairs(r.entries) do kinds[e.path] = e.type end
+      assert.are.equal("file", kinds["sub/data.bin"], text)
+      assert.are.equal("directory", kinds["sub"], text)
+      assert.are.equal("link", kinds["ln"], text)
+      -- a link is an error, not its target
+      status, _, text, r = http(s, "GET", base .. "ln")
+      assert.are.equal(400, status, text)
+      assert.are.equal("file_error", r.error.code)
+      assert.is_falsy(text:find("root:", 1, true), text)
+      status, _, text = http(s, "PUT", base .. "ln", "x")
+      assert.are.equal(400, status, text)
+      status, _, text, r = http(s, "GET", base .. "missing")
+      assert.are.equal(404, status, text)
+      assert.are.equal("file_not_found", r.error.code)
+      -- paths are checked once percent-decoded, as `files` paths are
+      for _, bad in ipairs({ "../etc/passwd", "%2E%2E%2Fx", "a//b", "a%00b", "%2Fetc%2Fpasswd", "a%zz" }) do
+        for _, method in ipairs({ "GET", "PUT" }) do
+          status, _, text, r = http(s, method, base .. bad, method == "PUT" and "x" or nil, "--path-as-is")
+          assert.are.equal(400, status, bad .. ": " .. text)
+          assert.are.equal("invalid_path", r.error.code, text)
+        end
+      end
+      assert.are.equal(200, (http(s, "GET", base .. "out.txt")))
+    end)
+
+    it("refuses bad session requests with an error naming the field, an unknown id with 404", function()
+      local s = start_server("--instance c1")
+      local cases = {
+        { {}, nil },
+        { { code = "1" }, "unknown_field", "code" },
+        { { stdin = "x" }, "unknown_field", "stdin" },
+        { { timeout = 5 }, "unknown_field", "timeout" },
+        { { python = "/bin/sh" }, "unknown_field", "python" },
+        { { lifetime = "5" }, "invalid_field", "lifetime" },
+        { { lifetime = 0 }, "invalid_field", "lifetime" },
+        { { idle_timeout = -1 }, "invalid_field", "idle_timeout" },
+        { { memory_mb = 1.5 }, "invalid_field", "memory_mb" },
+        { { policy = "bwrap" }, "policy_not_allowed", "policy" },
+        { { files = { { path = "../x", content = "" } } }, "invalid_field", "files" },
+      }
+      local id
+      for _, c in ipairs(cases) do
+        local status, _, text, r = http(s, "POST", "/v1/sessions", json(c[1]))
+        if c[2] == nil then
+          assert.are.equal(201, status, text)
+          id = r.id
+        else
+          assert.are.equal(400, status, text)
+          assert.are.equal(c[2], r.error.code, text)
+          assert.are.equal(c[3], r.error.field, text)
+        end
+      end
+      local status, headers, text, r = http(s, "POST", "/v1/sessions", "[1]")
+      assert.are.equal(400, status, text)
+      assert.are.equal("bad_request", r.error.code, text)
+      assert.are.equal("application/json", headers["content-type"])
+      local cells = {
+        { {}, "missing_field", "code" },
+        { { code = 1 }, "invalid_field", "code" },
+        { { code = "1", timeout = 0 }, "invalid_field", "timeout" },
+        { { code = "1", cpu_seconds = "1" }, "invalid_field", "cpu_seconds" },
+        { { code = "1", memory_mb = 5 }, "unknown_field", "memory_mb" },
+      }
+      for _, c in ipairs(cells) do
+        status, _, text, r = exec(s, id, c[1])
+        assert.are.equal(400, status, text)
+        assert.are.equal(c[2], r.error.code, text)
+        assert.are.equal(c[3], r.error.field, text)
+      end
+      -- another id, a malformed one, one that differs by a character: never this session
+      local other = id:sub(1, -2) .. (id:sub(-1) == "0" and "1" or "0")
+      for _, bad in ipairs({ "c1-" .. ("0"):rep(32), other, id:sub(4), id .. "x", "%2e%2e", "x" }) do
+        status, _, text, r = http(s, "POST", "/v1/sessions/" .. bad .. "/exec", json { code = "1" }, "--path-as-is")
+        assert.are.equal(404, status, bad .. ": " .. text)
+        assert.are.equal("session_not_found", r.error.code, text)
+        status = http(s, "DELETE", "/v1/sessions/" .. bad)
+        assert.are.equal(404, status, bad)
+      end
+      status, headers, text = http(s, "GET", "/v1/sessions/" .. id .. "/exec")
+      assert.are.equal(405, status, text)
+      assert.are.equal("POST", headers.allow)
+      status, headers = http(s, "DELETE", "/v1/sessions/" .. id .. "/files/x")
+      assert.are.equal(405, status)
+      assert.are.equal("GET, PUT", headers.allow)
+      status = http(s, "GET", "/v1/sessions")
+      assert.are.equal(405, status)
+      status, headers, text = http(s, "POST", "/v1/sessions/" .. id .. "/nope", "{}")
+      assert.are.equal(404, status, text)
+      assert.are.equal("application/json", headers["content-type"])
+      -- the session is untouched by all that
+      local st, _, answer, cell = exec(s, id, { code = "6 * 7" })
+      assert.are.equal(200, st, answer)
+      assert.are.equal("42", cell.value)
+    end)
+
+    it("answers 409 while a cell runs, and 429 with Retry-After beyond --max-sessions", function()
+      local s = start_server("--max-sessions 1")
+      local id = open_session(s, { idle_timeout = 100 })
+      local out = dir .. "/slow"
+      local done = background(curl_line(s, "/v1/sessions/" .. id .. "/exec",
+        json { code = "import time\ntime.sleep(1.5)\nprint('slept')", timeout = 20 }, out))
+      assert.is_true(H.eventually(function()
+        local _, _, _, h = http(s, "GET", "/healthz")
+        return h and h.sessions_busy == 1
+      end, 5), "the cell did not start")
+      local status, _, text, r = exec(s, id, { code = "1" })
+      assert.are.equal(409, status, text)
+      assert.are.equal("busy", r.error.code)
+      status, _, text = http(s, "GET", "/v1/sessions/" .. id .. "/files")
+      assert.are.equal(409, status, text)
+      local headers
+      status, headers, text, r = http(s, "POST", "/v1/sessions", "{}")
+      assert.are.equal(429, status, text)
+      assert.are.equal("too_many_sessions", r.error.code)
+      local retry = tonumber(headers["retry-after"])
+      assert.is_truthy(retry and retry >= 1 and retry <= 3600, tostring(headers["retry-after"]))
+      assert.is_true(H.eventually(function() return core.exists(done) end, 10), "the cell did not end")
+      local resp = read(out)
+      assert.is_truthy(resp:match("^HTTP/1%.1 200"), resp)
+      assert.is_truthy(resp:find('"stdout":"slept\\n"', 1, true), resp)
+      -- one closed, one may open
+      assert.are.equal(204, (http(s, "DELETE", "/v1/sessions/" .. id)))
+      open_session(s)
+      local _, _, m = http(s, "GET", "/metrics")
+      assert.are.equal(1, metric(m, 'corral_rejected_total{code="too_many_sessions"}'), m)
+      assert.are.equal(2, metric(m, 'corral_rejected_total{code="busy"}'), m)
+      assert.are.equal(1, metric(m, "corral_sessions_open"), m)
+    end)
+
+    it("ends a session at its idle timeout: later requests get 410 (idle)", function()
+      local s = start_server("")
+      local id = open_session(s, { idle_timeout = 1 })
+      -- (a request would keep it alive: /healthz says when it has ended)
+      assert.is_true(H.eventually(function()
+        local _, _, _, h = http(s, "GET", "/healthz")
+        return h and h.sessions == 0
+      end, 10), "the session did not end")
+      local status, _, text, r = exec(s, id, { code = "1" })
+      assert.are.equal(410, status, text)
+      assert.are.equal("session_gone", r.error.code)
+      assert.is_truthy(r.error.message:find("(idle)", 1, true), text)
+      local _, _, m = http(s, "GET", "/metrics")
+      assert.are.equal(1, metric(m, 'corral_sessions_ended_total{why="idle"}'), m)
+      assert.are.equal(0, metric(m, "corral_sessions_open"), m)
+    end)
+
+    it("closes every session on SIGTERM, after the cell that runs has answered", function()
+      local s = start_server("--drain-seconds 10")
+      local idle_one = open_session(s)
+      local busy_one = open_session(s)
+      local out = dir .. "/cell"
+      local done = background(curl_line(s, "/v1/sessions/" .. busy_one .. "/exec",
+        json { code = "import time\ntime.sleep(1)\nprint('finished')", timeout = 20 }, out))
+      assert.is_true(H.eventually(function()
+        local _, _, _, h = http(s, "GET", "/healthz")
+        return h and h.sessions_busy == 1
+      end, 5), "the cell did not start")
+      core.kill(s.pid, 15)
+      assert.is_true(H.eventually(function() return core.exists(done) end, 10), "the cell did not end")
+      local resp = read(out)
+      assert.is_truthy(resp:match("^HTTP/1%.1 200"), resp)
+      assert.is_truthy(resp:find('"stdout":"finished\\n"', 1, true), resp)
+      assert.are.equal(0, exit_status(s, 10), read(s.log))
+      local log = read(s.log)
+      assert.is_truthy(log:find("session-ended id=" .. idle_one .. " why=shutdown", 1, true), log)
+      assert.is_truthy(log:find("session-ended id=" .. busy_one .. " why=shutdown", 1, true), log)
+    end)
+
+    it("kills a session's cell still running when the drain time is over: 503 shutdown", function()
+      local s = start_server("--drain-seconds 0.3")
+      local id = open_session(s)
+      local out = dir .. "/cell"
+      local done = background(curl_line(s, "/v1/sessions/" .. id .. "/exec",
+        json { code = "import time\ntime.sleep(30)", timeout = 60 }, out))
+      assert.is_true(H.eventually(function()
+        local _, _, _, h = http(s, "GET", "/healthz")
+        return h and h.sessions_busy == 1
+      end, 5), "the cell did not start")
+      core.kill(s.pid, 15)
+      assert.are.equal(0, exit_status(s, 10), read(s.log))
+      assert.is_true(H.eventually(function() return core.exists(done) end, 5))
+      local resp = read(out)
+      assert.is_truthy(resp:match("^HTTP/1%.1 503"), resp)
+      assert.is_truthy(resp:find('"code":"shutdown"', 1, true), resp)
+    end)
+  end)
+
   describe("from Lua", function()
     local serve = require "corral.serve"
 
@@ -622,6 +907,9 @@ describe("corral serve", function()
         { { listen = "unix:" .. dir .. "/x.sock", concurrency = 0 }, "concurrency" },
         { { listen = "unix:" .. dir .. "/x.sock", policy = "no-such-policy" }, "no-such-policy" },
         { { listen = "unix:" .. dir .. "/x.sock", policies = { "default", "nope" } }, "nope" },
+        { { listen = "unix:" .. dir .. "/x.sock", instance = "a b" }, "instance" },
+        { { listen = "unix:" .. dir .. "/x.sock", instance = "" }, "instance" },
+        { { listen = "unix:" .. dir .. "/x.sock", max_sessions = -1 }, "max_sessions" },
       }
       for _, c in ipairs(cases) do
         local ok, err = pcall(serve.start, c[1])
@@ -661,7 +949,7 @@ describe("corral serve", function()
       assert.is_true(stopped)
       assert.are.equal("42\n", cjson.decode(out).stdout)
       assert.is_false(core.exists(dir .. "/e.sock"))
-      assert.are.same({ in_flight = 0, queued = 0, draining = true, stopped = true }, srv:stats())
+      assert.are.same({ in_flight = 0, queued = 0, draining = true, stopped = true, sessions = 0 }, srv:stats())
     end)
   end)
 

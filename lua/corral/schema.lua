@@ -107,6 +107,11 @@ M.serve = {
   { name = "drain_seconds", kind = "number", min = 0, default = 30, flag = "--drain-seconds", metavar = "S",
     doc = "on SIGTERM, how long runs may finish before they are killed" },
   { name = "json_log", kind = "boolean", flag = "--json-log", doc = "log JSON lines instead of text" },
+  { name = "max_sessions", kind = "integer", min = 0, default = 64, flag = "--max-sessions", metavar = "N",
+    doc = "sessions open at once; beyond them POST /v1/sessions gets 429 \"too_many_sessions\" with Retry-After" },
+  { name = "instance", kind = "string", flag = "--instance", metavar = "NAME",
+    doc = "this controller's name, the prefix of its session ids (NAME-HEX), by which a gateway routes a "
+      .. "session's requests to it: letters, digits, _ and -, at most 64" },
 }
 
 local function index(list)

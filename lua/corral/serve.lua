@@ -9,6 +9,8 @@
 --     GET  /healthz    → 200 {"ok": true, ...}, 503 while draining
 --     GET  /v1/probe   → corral.probe() of the server's policy (run once, then cached)
 --     GET  /metrics    → Prometheus text format
+--     POST /v1/sessions, /v1/sessions/{id}/exec, .../files[/{path}], DELETE /v1/sessions/{id}:
+--                         sessions (corral.session), docs/http.md
 --
 -- Every error is a JSON body `{"error": {"code": ..., "message": ..., "field": ...}}`; docs/http.md
 -- lists the codes. At most `concurrency` runs at once, then a bounded FIFO
@@ -21,6 +23,7 @@ local policy = require "corral.policy"
 local hostmod = require "corral.host"
 local result = require "corral.result"
 local schema = require "corral.schema"
+local session = require "corral.session"
 local workspace = require "corral.workspace"
 
 local M = {}
@@ -48,13 +51,40 @@ M.RUN_FIELDS = schema.json_fields("run")
 --- The JSON fields `POST /v1/eval` accepts (eval_in_sandbox's names).
 M.EVAL_FIELDS = schema.json_fields("eval")
 
+--- The JSON fields `POST /v1/sessions` accepts: a run's, but those that are a run's only
+-- (`code`, `stdin`, `args`, `collect`, `timeout`), and the session's `lifetime` and
+-- `idle_timeout` (its `grace` is the operator's).
+M.SESSION_FIELDS = schema.json_fields("run")
+for _, k in ipairs({ "code", "stdin", "args", "collect", "timeout" }) do M.SESSION_FIELDS[k] = nil end
+M.SESSION_FIELDS.lifetime, M.SESSION_FIELDS.idle_timeout = "number", "number"
+
+--- The JSON fields `POST /v1/sessions/{id}/exec` accepts.
+M.EXEC_FIELDS = { code = "string", timeout = "number", cpu_seconds = "number" }
+
 local ROUTES = {
   ["/v1/run"] = { POST = "run" },
   ["/v1/eval"] = { POST = "eval" },
   ["/healthz"] = { GET = "health" },
   ["/v1/probe"] = { GET = "probe" },
   ["/metrics"] = { GET = "metrics" },
+  ["/v1/sessions"] = { POST = "session_open" },
 }
+
+-- A session's routes, after /v1/sessions/{id}: the rest of the path → methods.
+local SESSION_ROUTES = {
+  [""] = { route = "/v1/sessions/{id}", methods = { DELETE = "session_close" } },
+  ["/exec"] = { route = "/v1/sessions/{id}/exec", methods = { POST = "session_exec" } },
+  ["/files"] = { route = "/v1/sessions/{id}/files", methods = { GET = "session_list" } },
+  ["/files/"] = { route = "/v1/sessions/{id}/files/{path}", methods = { GET = "session_get", PUT = "session_put" } },
+}
+
+-- How many ended sessions' ids are remembered, to answer 410 (not 404) for them.
+local GONE_KEPT = 4096
+-- Why a session ended, listed at 0 from the start.
+local SESSION_ENDS = { "closed", "idle", "lifetime", "lost", "exit", "shutdown", "memory", "processes",
+                       "cpu", "file-size", "signal" }
+-- The largest file GET /v1/sessions/{id}/files/{path} answers.
+local MAX_GET = 16 * 1048576
 
 -- the run-duration histogram's upper bounds, seconds
 local BUCKETS = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300 }
@@ -64,7 +94,8 @@ local REASONS = { "exit", "timeout", "cpu", "memory", "processes", "file-size", 
                   "cancelled", "shutdown", "error" }
 local REJECT_CODES = { "bad_json", "bad_request", "missing_field", "unknown_field", "invalid_field",
                        "over_limit", "policy_not_allowed", "unauthorized", "not_found",
-                       "method_not_allowed", "overloaded", "draining" }
+                       "method_not_allowed", "overloaded", "draining", "too_many_sessions",
+                       "session_not_found", "session_gone", "busy" }
 
 local CONFIG = {
   listen = "string", policy = "policy", policies = "table", eval_policy = "policy",
@@ -73,6 +104,7 @@ local CONFIG = {
   signals = "boolean", on_stop = "function", max_connections = "integer",
   header_timeout = "number", body_timeout = "number", idle_timeout = "number",
   max_header_bytes = "integer", backlog = "integer", probe = "boolean",
+  max_sessions = "integer", instance = "string",
 }
 
 --- Where `corral serve` listens by default: `unix:/run/corral.sock` as root, else
@@ -147,6 +179,9 @@ local function check_config(config)
   c.where = where
   if c.token == "" then config_error("token", "is empty") end
   if c.token and c.token:find("[%s%c]") then config_error("token", "must not hold spaces or control characters") end
+  if c.instance and not (c.instance:match("^[%w_%-]+$") and #c.instance <= 64) then
+    config_error("instance", "must be letters, digits, _ and -, at most 64 of them, got '" .. c.instance .. "'")
+  end
   if where.host and not c.token then
     error("serve: a TCP listener (" .. c.listen .. ") needs a bearer token: give --token-file FILE or set "
       .. "CORRAL_TOKEN" .. (where.loopback and "" or "; it would be open to the network")
@@ -216,7 +251,7 @@ end
 
 -- Check the object's fields against `fields` (name → JSON type). null counts as absent.
 -- @return code, opts (everything but `code`); or nil, reject
-local function check_fields(obj, fields)
+local function check_fields(obj, fields, no_code)
   -- (code false: the file of `files` that args[0] names runs)
   local opts = {}
   for _, k in ipairs(sorted_keys(obj)) do
@@ -250,11 +285,12 @@ local function check_fields(obj, fields)
     if not files then return nil, reject(400, "invalid_field", why, "files") end
     opts.files = files
   end
+  if no_code then return true, opts end
   if code == nil then
     -- or the file of `files` that args[0] names
     if not (fields.files and type(opts.args) == "table" and opts.args[1] ~= nil and type(opts.files) == "table") then
-      return nil, reject(400, "missing_field", "field 'code' is required: the Python source to run "
-        .. "(or `files` and `args`, args[0] naming the file that runs)", "code")
+      return nil, reject(400, "missing_field", "field 'code' is required: the Python source to run"
+        .. (fields.args and " (or `files` and `args`, args[0] naming the file that runs)" or ""), "code")
     end
     local named = false
     for _, e in ipairs(opts.files) do
@@ -320,9 +356,13 @@ function M.start(config)
     config = c, listen = c.listen, token = c.token, concurrency = c.concurrency, queue_max = c.queue,
     queue = {}, in_flight = 0, running = {}, draining = false, stopped = false,
     probe_waiters = {}, avg_run_s = 1.0,
-    metrics = { runs = {}, rejected = {}, http = {}, buckets = {}, sum = 0, count = 0 },
+    sessions = {}, sessions_open = 0, session_requests = 0, gone = {}, gone_order = {},
+    limits_of = {}, limits_waiters = {},
+    metrics = { runs = {}, rejected = {}, http = {}, buckets = {}, sum = 0, count = 0,
+                sessions_created = 0, sessions_ended = {} },
   }, Server)
   for _, r in ipairs(REASONS) do self.metrics.runs[r] = 0 end
+  for _, r in ipairs(SESSION_ENDS) do self.metrics.sessions_ended[r] = 0 end
   for _, r in ipairs(REJECT_CODES) do self.metrics.rejected[r] = 0 end
   for i = 1, #BUCKETS do self.metrics.buckets[i] = 0 end
   self.log = c.log or function(line) io.stderr:write(line, "\n") end
@@ -400,6 +440,8 @@ function Server:_protections()
     return true
   end
   local got = {}
+  -- what a session of this policy gets too (POST /v1/sessions reports it)
+  self.limits_of[self.policy] = p.policy.limits or {}
   for _, name in ipairs(p.policy.limits or {}) do
     got[name] = true
     self:_event("protection", { name = name, applied = "yes" })
@@ -513,6 +555,15 @@ function Server:_dispatch(ctx)
   local req = ctx.req
   local route = ROUTES[req.path]
   if route then ctx.route = req.path end
+  local sid, rest = req.path:match("^/v1/sessions/([^/]*)(.*)$")
+  if sid then
+    local sub = rest:sub(1, 7) == "/files/" and "/files/" or rest
+    local r = SESSION_ROUTES[sub]
+    if r then
+      route, ctx.route, ctx.sid = r.methods, r.route, sid
+      if sub == "/files/" then ctx.file = rest:sub(8) end
+    end
+  end
   -- /healthz stays open: load balancers and kubelets probe it without credentials
   if self.token and req.path ~= "/healthz" and not self:_authorized(req) then
     return self:_error(ctx, reject(401, "unauthorized", "this server needs 'Authorization: Bearer <token>'"),
@@ -520,13 +571,26 @@ function Server:_dispatch(ctx)
   end
   if not route then
     return self:_error(ctx, reject(404, "not_found", "no route " .. tostring(req.path)
-      .. " (routes: POST /v1/run, POST /v1/eval, GET /healthz, GET /v1/probe, GET /metrics)"))
+      .. " (routes: POST /v1/run, POST /v1/eval, GET /healthz, GET /v1/probe, GET /metrics, POST /v1/sessions, "
+      .. "DELETE /v1/sessions/{id}, POST /v1/sessions/{id}/exec, GET /v1/sessions/{id}/files, "
+      .. "GET or PUT /v1/sessions/{id}/files/{path})"))
   end
   local handler = route[req.method]
   if not handler then
     local allow = table.concat(sorted_keys(route), ", ")
     return self:_error(ctx, reject(405, "method_not_allowed", tostring(req.method) .. " is not allowed on "
       .. req.path .. "; use " .. allow), { Allow = allow })
+  end
+  if ctx.sid then
+    -- the session, by its exact id: an unknown or malformed one is never another session
+    ctx.session = self.sessions[ctx.sid]
+    if not ctx.session then
+      local why = self.gone[ctx.sid]
+      if why then
+        return self:_error(ctx, reject(410, "session_gone", "session " .. ctx.sid .. " is gone (" .. why .. ")"))
+      end
+      return self:_error(ctx, reject(404, "session_not_found", "no session " .. ctx.sid .. " here"))
+    end
   end
   return self["_handle_" .. handler](self, ctx)
 end
@@ -535,6 +599,8 @@ end
 function Server:_handle_health(ctx)
   local body = { ok = not self.draining, draining = self.draining, in_flight = self.in_flight,
                  queued = #self.queue, concurrency = self.concurrency, queue = self.queue_max,
+                 sessions = self.sessions_open, sessions_busy = self.session_requests,
+                 max_sessions = self.config.max_sessions,
                  policy = self.policy.name, version = corral._VERSION }
   if self.draining then
     body.error = { code = "draining", message = "the server is shutting down" }
@@ -576,6 +642,18 @@ function Server:metrics_text()
   add("# HELP corral_draining 1 while the server drains before it stops.")
   add("# TYPE corral_draining gauge")
   add(string.format("corral_draining %d", self.draining and 1 or 0))
+  add("# HELP corral_sessions_open Sessions open.")
+  add("# TYPE corral_sessions_open gauge")
+  add(string.format("corral_sessions_open %d", self.sessions_open))
+  add("# HELP corral_sessions_created_total Sessions opened.")
+  add("# TYPE corral_sessions_created_total counter")
+  add(string.format("corral_sessions_created_total %d", m.sessions_created))
+  add("# HELP corral_sessions_ended_total Sessions ended, by why (closed: DELETE; shutdown: the server's drain; "
+    .. "idle, lifetime, lost, exit, or the limit that ended it).")
+  add("# TYPE corral_sessions_ended_total counter")
+  for _, k in ipairs(sorted_keys(m.sessions_ended)) do
+    add(string.format('corral_sessions_ended_total{why="%s"} %d', label(k), m.sessions_ended[k]))
+  end
   add("# HELP corral_rejected_total Requests refused, by error code.")
   add("# TYPE corral_rejected_total counter")
   for _, k in ipairs(sorted_keys(m.rejected)) do
@@ -626,15 +704,9 @@ function Server:_parse_job(ctx, kind)
   if code == nil then return nil, opts end
   local pol
   if kind == "run" then
-    if opts.policy ~= nil then
-      pol = self.allowed[opts.policy]
-      if not pol then
-        return nil, reject(400, "policy_not_allowed", "policy '" .. opts.policy .. "' is not allowed here (allowed: "
-          .. table.concat(sorted_keys(self.allowed), ", ") .. ")", "policy")
-      end
-    else
-      pol = self.policy
-    end
+    local why
+    pol, why = self:_policy_of(opts)
+    if not pol then return nil, why end
   else
     pol = self.eval_policy
   end
@@ -646,6 +718,17 @@ function Server:_parse_job(ctx, kind)
   if not ok then return nil, option_error(plan, kind == "eval" and "eval" or "field") end
   if not plan then return nil, { status = 500, code = "sandbox_failed", kind = pcode, message = perr } end
   return { kind = kind, code = code, plan = plan, ctx = ctx, state = "new" }
+end
+
+-- The policy a request's `policy` field names (the server's when absent), or nil, reject.
+function Server:_policy_of(opts)
+  if opts.policy == nil then return self.policy end
+  local pol = self.allowed[opts.policy]
+  if not pol then
+    return nil, reject(400, "policy_not_allowed", "policy '" .. opts.policy .. "' is not allowed here (allowed: "
+      .. table.concat(sorted_keys(self.allowed), ", ") .. ")", "policy")
+  end
+  return pol
 end
 
 function Server:_handle_run(ctx) return self:_job_request(ctx, "run") end
@@ -833,6 +916,236 @@ function Server:_finished(job, a, b, c)
     error = { code = "sandbox_error", kind = serr.kind, message = serr.message } }, nil, serr.kind)
 end
 
+-- Sessions -------------------------------------------------------------------------------------
+
+-- Percent-decoding of a URL path part; nil for a '%' not followed by two hex digits.
+local function percent_decode(s)
+  if s:find("%%%X") or s:find("%%%x%X") or s:find("%%%x?$") then return nil end
+  return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+-- When a session slot is likely to free: the nearest idle or lifetime end, 1 s .. 1 h.
+function Server:_session_retry_after()
+  local now, soonest = hrtime(), math.huge
+  for _, s in pairs(self.sessions) do
+    local d = s.expires
+    if not s.busy and s.idle_deadline and s.idle_deadline < d then d = s.idle_deadline end
+    if d < soonest then soonest = d end
+  end
+  if soonest == math.huge then return 1 end
+  return math.max(1, math.min(3600, ceil(soonest - now)))
+end
+
+-- A session has ended (closed, idle, a limit, the drain...): forgotten but for its id and why.
+function Server:_session_ended(id, s)
+  if self.sessions[id] ~= s then return end
+  self.sessions[id] = nil
+  self.sessions_open = self.sessions_open - 1
+  local why = s.gone or "lost"
+  local m = self.metrics.sessions_ended
+  m[why] = (m[why] or 0) + 1
+  self.gone[id] = why
+  local order = self.gone_order
+  order[#order + 1] = id
+  if #order > GONE_KEPT then self.gone[table.remove(order, 1)] = nil end
+  self:_event("session-ended", { id = id, why = why })
+  self:_maybe_stop()
+end
+
+-- The limits a policy's runs get, learnt from one probe run per policy (then kept); `cb(limits)`.
+function Server:_limits_of(pol, cb)
+  if self.limits_of[pol] then return cb(self.limits_of[pol]) end
+  local waiters = self.limits_waiters[pol]
+  if waiters then waiters[#waiters + 1] = cb return end
+  waiters = { cb }
+  self.limits_waiters[pol] = waiters
+  local function done(p)
+    self.limits_waiters[pol] = nil
+    local limits = p and p.policy and p.policy.limits
+    -- a failed probe is not kept: the next session asks again
+    if limits then self.limits_of[pol] = limits end
+    for _, w in ipairs(waiters) do w(limits or {}) end
+  end
+  local ok, started = pcall(corral.start_probe, self.spec_of[pol] or pol, function(p)
+    self:_guard(function() done(p) end)
+  end)
+  if not ok or not started then done(nil) end
+end
+
+-- POST /v1/sessions
+function Server:_handle_session_open(ctx)
+  if self.draining then
+    return self:_error(ctx, reject(503, "draining", "the server is shutting down; open the session on another instance"))
+  end
+  if self.sessions_open >= self.config.max_sessions then
+    return self:_error(ctx, reject(429, "too_many_sessions", string.format("%d sessions are open, the most this "
+      .. "server keeps; close one (DELETE /v1/sessions/{id}) or retry later", self.sessions_open)),
+      { ["Retry-After"] = tostring(self:_session_retry_after()) })
+  end
+  local obj, r = decode_object(ctx.req.body)
+  if not obj then return self:_error(ctx, r) end
+  local _, opts = check_fields(obj, M.SESSION_FIELDS, true)
+  if not _ then return self:_error(ctx, opts) end
+  local pol
+  pol, r = self:_policy_of(opts)
+  if not pol then return self:_error(ctx, r) end
+  opts.policy = self.spec_of[pol] or pol
+  local ok, s, err, ecode = pcall(session.open, opts)
+  if not ok then return self:_error(ctx, option_error(s, "field")) end
+  if not s then
+    return self:_json(ctx, 500, { error = { code = "sandbox_failed", kind = ecode or "error", message = tostring(err) } },
+      nil, "sandbox_failed")
+  end
+  local id = (self.config.instance and (self.config.instance .. "-") or "") .. s.id
+  self.sessions[id] = s
+  self.sessions_open = self.sessions_open + 1
+  self.metrics.sessions_created = self.metrics.sessions_created + 1
+  s.on_end = function() self:_guard(self._session_ended, id, s) end
+  self:_limits_of(pol, function(limits)
+    if ctx.res:closed() then
+      -- nobody learnt its id: nobody could use it
+      s:close_async(nil, "closed")
+      return self:_gone(ctx, "client-gone")
+    end
+    self:_json(ctx, 201, { id = id, limits = limits, expires_at = os.date("!%Y-%m-%dT%H:%M:%SZ", s.expires_at) },
+      { Location = "/v1/sessions/" .. id }, "created")
+  end)
+end
+
+-- DELETE /v1/sessions/{id}: answered once the session's processes and work dir are gone.
+function Server:_handle_session_close(ctx)
+  ctx.session:close_async(function()
+    self:_guard(function() self:_send(ctx, 204, nil, nil, "closed") end)
+  end, "closed")
+end
+
+-- A session refused a request: busy (409) or gone (410).
+function Server:_session_refused(ctx, err, ecode)
+  if ecode == "EBUSY" then
+    return self:_error(ctx, reject(409, "busy", "session " .. ctx.sid .. " is running a request; "
+      .. "send one at a time"))
+  end
+  return self:_error(ctx, reject(410, "session_gone", "session " .. ctx.sid .. " is gone ("
+    .. tostring(ctx.session.gone or err) .. ")"))
+end
+
+-- Start a request in the session: `start(cb)` as Session:*_async; `answer(result)` sends its
+-- answer. It counts as work in flight for the drain until it has answered.
+function Server:_session_request(ctx, start, answer)
+  if self.draining then
+    return self:_error(ctx, reject(503, "draining", "the server is shutting down; its sessions end with it"))
+  end
+  local s = ctx.session
+  local ok, started, err, ecode = pcall(start, function(res)
+    self.session_requests = self.session_requests - 1
+    self:_guard(function()
+      if ctx.res:closed() then return self:_gone(ctx, "client-gone") end
+      answer(res)
+    end)
+    -- draining: the session ends now that its request has been answered
+    if self.draining then s:close_async(nil, "shutdown") end
+    self:_guard(self._maybe_stop)
+  end)
+  if not ok then return self:_error(ctx, option_error(started, "field")) end
+  if not started then return self:_session_refused(ctx, err, ecode) end
+  self.session_requests = self.session_requests + 1
+end
+
+-- The JSON object of a cell's result (docs/http.md): every key always present.
+local function cell_object(res)
+  local null = cjson.null
+  local images = {}
+  for i, png in ipairs(res.images or {}) do images[i] = core.b64encode(png) end
+  return {
+    ok = res.ok, reason = res.reason, stdout = res.stdout or "", stderr = res.stderr or "",
+    truncated = res.truncated or false, execution_count = res.execution_count or null,
+    value = res.value or null, value_truncated = res.value_truncated or false,
+    error = res.error or null, images = images, returncode = res.returncode or null,
+    usage = { wall_s = res.usage and res.usage.wall_s or 0, cpu_s = res.usage and res.usage.cpu_s or null },
+  }
+end
+
+-- POST /v1/sessions/{id}/exec
+function Server:_handle_session_exec(ctx)
+  local obj, r = decode_object(ctx.req.body)
+  if not obj then return self:_error(ctx, r) end
+  local code, opts = check_fields(obj, M.EXEC_FIELDS)
+  if code == nil then return self:_error(ctx, opts) end
+  local s = ctx.session
+  self:_session_request(ctx, function(cb) return s:exec_async(code, opts, cb) end, function(res)
+    if res.reason == "shutdown" then
+      return self:_error(ctx, reject(503, "shutdown", "the server shut down before the cell ended"))
+    end
+    return self:_send(ctx, 200, result.encode(cell_object(res), cjson, { "images" }), nil, res.reason)
+  end)
+end
+
+-- The file path of a files route, decoded and checked as `files` paths are; or nil, reject.
+local function file_path(ctx)
+  local path = percent_decode(ctx.file)
+  if not path then
+    return nil, reject(400, "invalid_path", "the path '" .. ctx.file .. "' has a '%' not followed by two hex digits")
+  end
+  local why = workspace.path_problem(path)
+  if why then return nil, reject(400, "invalid_path", "the path '" .. ctx.file .. "' " .. why) end
+  return path
+end
+
+-- A file request the kernel could not do: 404 for a missing file, else 400 with its words.
+function Server:_file_failed(ctx, path, res)
+  if res.reason ~= "error" then
+    return self:_error(ctx, reject(410, "session_gone", "session " .. ctx.sid .. " is gone ("
+      .. tostring(ctx.session.gone or res.reason) .. ")"))
+  end
+  local e = res.error or {}
+  if e.type == "FileNotFoundError" then
+    return self:_error(ctx, reject(404, "file_not_found", "no file '" .. path .. "' in the session's work dir"))
+  end
+  return self:_error(ctx, reject(400, "file_error", "'" .. path .. "': " .. tostring(e.type) .. ": "
+    .. tostring(e.message) .. (e.type == "OSError" and " (a link is never followed)" or "")))
+end
+
+-- PUT /v1/sessions/{id}/files/{path}: the body's bytes; 201 when the file is new, else 200.
+function Server:_handle_session_put(ctx)
+  local path, r = file_path(ctx)
+  if not path then return self:_error(ctx, r) end
+  local s = ctx.session
+  self:_session_request(ctx, function(cb) return s:put_async(path, ctx.req.body or "", nil, cb) end, function(res)
+    if not res.ok then return self:_file_failed(ctx, path, res) end
+    return self:_json(ctx, res.created and 201 or 200, { path = path, size = #(ctx.req.body or "") }, nil, "put")
+  end)
+end
+
+-- GET /v1/sessions/{id}/files/{path}: the file's bytes.
+function Server:_handle_session_get(ctx)
+  local path, r = file_path(ctx)
+  if not path then return self:_error(ctx, r) end
+  local s = ctx.session
+  self:_session_request(ctx, function(cb) return s:get_async(path, MAX_GET, cb) end, function(res)
+    if not res.ok then return self:_file_failed(ctx, path, res) end
+    if res.truncated then
+      return self:_error(ctx, reject(413, "file_too_large", string.format("'%s' has %d bytes, more than the "
+        .. "%d this route answers", path, res.size, MAX_GET)))
+    end
+    return self:_send(ctx, 200, res.content, { ["Content-Type"] = "application/octet-stream" }, "get")
+  end)
+end
+
+-- GET /v1/sessions/{id}/files: the work dir's entries.
+function Server:_handle_session_list(ctx)
+  local s = ctx.session
+  self:_session_request(ctx, function(cb) return s:list_async(nil, cb) end, function(res)
+    if not res.ok then return self:_file_failed(ctx, ".", res) end
+    local entries = {}
+    for i, e in ipairs(res.entries or {}) do
+      local text, valid = core.utf8_repair(e.path)
+      entries[i] = { path = text, path_b64 = not valid and core.b64encode(e.path) or nil, type = e.type, size = e.size }
+    end
+    return self:_send(ctx, 200, result.encode({ entries = entries, truncated = res.truncated or false }, cjson,
+      { "entries" }), nil, "list")
+  end)
+end
+
 -- Lifecycle ------------------------------------------------------------------------------------
 
 function Server:_on_signal(signum)
@@ -854,8 +1167,13 @@ function Server:shutdown(drain_seconds)
   self.draining = true
   drain_seconds = drain_seconds or self.config.drain_seconds
   pcall(self.srv.stop_accepting, self.srv)
-  self:_event("draining", { in_flight = self.in_flight, queued = #self.queue, seconds = drain_seconds })
-  if self.in_flight + #self.queue == 0 then return self:_maybe_stop() end
+  self:_event("draining", { in_flight = self.in_flight, queued = #self.queue, seconds = drain_seconds,
+    sessions = self.sessions_open })
+  -- a session between requests ends now; one running a request, once it has answered
+  for _, s in pairs(self.sessions) do
+    if not s.busy then s:close_async(nil, "shutdown") end
+  end
+  if self.in_flight + #self.queue + self.session_requests == 0 then return self:_maybe_stop() end
   if drain_seconds <= 0 then return self:_expire() end
   self.drain_timer = core.timer(drain_seconds, function() self:_guard(self._expire) end)
 end
@@ -883,6 +1201,10 @@ function Server:_expire()
       if job.proc then job.proc:kill() end
     end
   end
+  for _, s in pairs(self.sessions) do
+    if not s.gone then killed = killed + 1 end
+    s:close_async(nil, "shutdown")
+  end
   if killed > 0 or #queued > 0 then self:_event("drain-expired", { killed = killed, refused = #queued }) end
   self:_maybe_stop()
 end
@@ -892,6 +1214,12 @@ local CLOSE_GRACE = 2
 
 function Server:_maybe_stop()
   if not self.draining or self.stopped or self.in_flight > 0 or #self.queue > 0 then return end
+  if self.session_requests > 0 then return end
+  if self.sessions_open > 0 then
+    -- every session ends with the server; its end (on_end) comes back here
+    for _, s in pairs(self.sessions) do s:close_async(nil, "shutdown") end
+    return
+  end
   self.stopped = true
   if self.drain_timer then self.drain_timer:close() self.drain_timer = nil end
   corral.let_go_prestarted()            -- the launches started ahead are killed
@@ -914,9 +1242,10 @@ function Server:_maybe_stop()
   close_when_idle()
 end
 
---- Counters for embedders: `{in_flight, queued, draining, stopped}`.
+--- Counters for embedders: `{in_flight, queued, draining, stopped, sessions}`.
 function Server:stats()
-  return { in_flight = self.in_flight, queued = #self.queue, draining = self.draining, stopped = self.stopped }
+  return { in_flight = self.in_flight, queued = #self.queue, draining = self.draining, stopped = self.stopped,
+           sessions = self.sessions_open }
 end
 
 --- Run the loop until the server has stopped (what `corral serve` does).
