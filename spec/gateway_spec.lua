@@ -72,14 +72,17 @@ local function start_nginx(dir, name, subst)
   end
 end
 
-local function post(url, body, extra)
+local function request(method, url, body, extra)
   local tmp = os.tmpname()
-  write(tmp, body)
-  local out = H.sh("curl -s -w '\\n%{http_code}' -X POST --data-binary @" .. tmp .. " " .. (extra or "") .. " " .. url)
+  write(tmp, body or "")
+  local out = H.sh("curl -s -w '\\n%{http_code}' -X " .. method .. (body and (" --data-binary @" .. tmp) or "")
+    .. " " .. (extra or "") .. " " .. url)
   os.remove(tmp)
   local text, code = out:match("^(.*)\n(%d+)$")
   return tonumber(code), text
 end
+
+local function post(url, body, extra) return request("POST", url, body, extra) end
 
 describe("gateways (deploy/nginx)", function()
   local snap, dir, stop, controllers
@@ -176,5 +179,64 @@ describe("gateways (deploy/nginx)", function()
     table.remove(controllers, 1)
     -- the launch the killed one had started ahead died with it; its directory waits for a sweep
     H.sweep_dead_run_dirs(snap)
+  end)
+
+  it("sends each session's requests to the controller that opened it", function()
+    if not have_nginx then pending("nginx with the lua module is not installed") return end
+    local s1, s2 = dir .. "/corral-1.sock", dir .. "/corral-2.sock"
+    controllers[1] = start_controller(s1, "--instance corral-1")
+    controllers[2] = start_controller(s2, "--instance corral-2")
+    local port = free_port()
+    stop = start_nginx(dir, "upstream.conf", {
+      ["/run/corral/corral-1.sock"] = s1, ["/run/corral/corral-2.sock"] = s2,
+      ["127.0.0.1:8081"] = "127.0.0.1:" .. port,
+    })
+    local base = "http://127.0.0.1:" .. port
+    -- open sessions through the gateway until each controller owns one
+    local owned, others = {}, {}
+    for _ = 1, 20 do
+      local code, body = post(base .. "/v1/sessions", "{}")
+      assert.are.equal(201, code, body)
+      local id = cjson.decode(body).id
+      local owner = id:match("^(corral%-%d)%-" .. ("%x"):rep(32) .. "$")
+      assert.is_truthy(owner, id)
+      if owned[owner] then others[#others + 1] = id else owned[owner] = id end
+      if owned["corral-1"] and owned["corral-2"] then break end
+    end
+    assert.is_truthy(owned["corral-1"] and owned["corral-2"], "one controller owns no session")
+    for _, id in pairs(owned) do
+      local code, body = post(base .. "/v1/sessions/" .. id .. "/exec", cjson.encode { code = "x = 0" })
+      assert.are.equal(200, code, body)
+    end
+    -- every request reaches the session's state: x counts up in each, interleaved
+    for i = 1, 10 do
+      for _, owner in ipairs({ "corral-1", "corral-2" }) do
+        local code, body = post(base .. "/v1/sessions/" .. owned[owner] .. "/exec",
+          cjson.encode { code = "x += 1\nx" })
+        assert.are.equal(200, code, owner .. " cell " .. i .. ": " .. tostring(body))
+        assert.are.equal(tostring(i), cjson.decode(body).value, owner .. " cell " .. i)
+      end
+    end
+    -- files go to the owner too
+    local id = owned["corral-2"]
+    local code, body = request("PUT", base .. "/v1/sessions/" .. id .. "/files/in.txt", "through nginx")
+    assert.are.equal(201, code, body)
+    code, body = request("GET", base .. "/v1/sessions/" .. id .. "/files/in.txt")
+    assert.are.equal(200, code, body)
+    assert.are.equal("through nginx", body)
+    -- an id no controller has: 404, from the gateway or from the controller its prefix names
+    code, body = post(base .. "/v1/sessions/corral-9-" .. ("0"):rep(32) .. "/exec", cjson.encode { code = "1" })
+    assert.are.equal(404, code, body)
+    code, body = post(base .. "/v1/sessions/corral-1-" .. ("0"):rep(32) .. "/exec", cjson.encode { code = "1" })
+    assert.are.equal(404, code, body)
+    assert.are.equal("session_not_found", cjson.decode(body).error.code)
+    for _, sid in ipairs(others) do
+      assert.are.equal(204, (request("DELETE", base .. "/v1/sessions/" .. sid)))
+    end
+    for _, sid in pairs(owned) do
+      assert.are.equal(204, (request("DELETE", base .. "/v1/sessions/" .. sid)))
+      code = post(base .. "/v1/sessions/" .. sid .. "/exec", cjson.encode { code = "x" })
+      assert.are.equal(410, code)
+    end
   end)
 end)
