@@ -113,13 +113,17 @@ static void check_success(const struct args *a, const struct plan *p, const char
 	size_t i;
 
 	FUZZ_CHECK(err[0] == '\0', "success with an error message: %s", err);
-	FUZZ_CHECK(p->mode >= PLAN_RUN && p->mode <= PLAN_HOLD_NET, "mode %d", (int)p->mode);
+	FUZZ_CHECK(p->mode >= PLAN_RUN && p->mode <= PLAN_RELAY, "mode %d", (int)p->mode);
 	FUZZ_CHECK(p->net >= PLAN_NET_HOST && p->net <= PLAN_NET_REQUIRE, "net %d", (int)p->net);
 	FUZZ_CHECK(p->userns >= PLAN_USERNS_AUTO && p->userns <= PLAN_USERNS_ALWAYS, "userns %d",
 		   (int)p->userns);
 	FUZZ_CHECK(p->landlock >= PLAN_MECH_OFF && p->landlock <= PLAN_MECH_REQUIRE, "landlock");
 	FUZZ_CHECK(p->seccomp >= PLAN_MECH_OFF && p->seccomp <= PLAN_MECH_REQUIRE, "seccomp");
 	FUZZ_CHECK(p->report_fd >= -1, "report_fd %d", p->report_fd);
+	FUZZ_CHECK(p->status_fd == -1 || (p->status_fd >= 3 && p->status_fd <= 1023 &&
+					  p->status_fd != p->report_fd), "status_fd %d", p->status_fd);
+	FUZZ_CHECK(p->mode != PLAN_RELAY || (p->status_fd >= 3 && p->report_fd == -1),
+		   "relay with status_fd %d, report_fd %d", p->status_fd, p->report_fd);
 	FUZZ_CHECK(p->parent_pid >= 0, "parent_pid %d", (int)p->parent_pid);
 	FUZZ_CHECK(p->pidns == 0 || p->pidns == 1, "pidns %d", p->pidns);
 	FUZZ_CHECK(p->has_ids == 0 || p->has_ids == 1, "has_ids %d", p->has_ids);
@@ -197,7 +201,7 @@ static void check_success(const struct args *a, const struct plan *p, const char
 	}
 	FUZZ_CHECK(!p->held, "held outside --hold-net");
 
-	if (p->mode != PLAN_RUN) {
+	if (p->mode != PLAN_RUN && p->mode != PLAN_RELAY) {
 		/* --probe, --help, --kill-uid U: alone */
 		const char *want = p->mode == PLAN_PROBE ? "--probe" :
 				   p->mode == PLAN_HELP ? "--help" : "--kill-uid";

@@ -5,9 +5,9 @@
 -- /usr works too, with the places outside it that its libraries' symlinks lead to), a read-only
 -- /dev of the usual devices with a small /dev/shm, and no other writable directory. The launcher
 -- still applies the rlimits (instead of prlimit), the session, the pid namespace, the per-run uid
--- and the clean-up around it. bwrap's monitor reports a program's death by signal N as exit
--- 128+N: the interpreter runs under `corral-launch --relay`, which passes such a death on to the
--- monitor as that signal, so the launcher sees what happened to the program.
+-- and the clean-up around it. bwrap reports a program's death by signal N as exit 128+N: the
+-- interpreter runs under `corral-launch --relay`, which writes how it ended on a pipe the
+-- launcher gives bwrap (`--status-fd`), so the launcher reports what happened to the program.
 local policy = require "corral.policy"
 local core = require "corral.core"
 local host = require "corral.host"
@@ -41,6 +41,9 @@ local P = policy.load("default"):extend {
   dev_shm_mb = 16,
   -- where the relay appears inside the sandbox
   relay_path = "/run/corral-launch",
+  -- the fd on which the relay tells the launcher how the interpreter ended: bwrap's, inherited
+  -- through it by the relay, never the interpreter's (not the report fd, 3)
+  status_fd = 4,
   bwrap_fallback = true,
   -- bwrap's program works in its own /home; the launcher's work dir stays where it was
   work_path = false,
@@ -225,15 +228,12 @@ function P:prepare(opts, h)
 end
 
 function P:command(opts, run)
-  -- --unshare-all without --unshare-pid: bwrap's pid 1 would stand between the relay and the
-  -- monitor it must signal
+  -- --unshare-all without --unshare-pid: the launcher's PID namespace is the run's
   local a = { opts.bwrap_exe, "--unshare-user-try", "--unshare-ipc", "--unshare-net", "--unshare-uts",
               "--unshare-cgroup-try", "--new-session", "--die-with-parent", "--clearenv",
               "--chdir", "/home", "--ro-bind", run.code_dir, "/home" }
   local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
-  -- where a container masks /proc the PID namespace is bwrap's (see proc_masked): its pid 1 is
-  -- then the relay's parent, which ignores the relay's signal, and a death by signal N comes
-  -- back as bwrap's exit 128+N
+  -- where a container masks /proc the PID namespace is bwrap's (see proc_masked)
   if opts.bwrap_pidns then add("--unshare-pid") end
   -- /lib, /lib64, /bin as the host has them: symlinks into /usr on merged-/usr systems
   for _, d in ipairs({ "/bin", "/lib", "/lib64", "/lib32", "/sbin" }) do
@@ -252,7 +252,7 @@ function P:command(opts, run)
   add("--dev", "/dev", "--perms", "1777", "--size", string.format("%d", self.dev_shm_mb * 1048576),
       "--tmpfs", "/dev/shm", "--remount-ro", "/dev")
   add("--remount-ro", "/")
-  add("--", self.relay_path, "--relay", "--")
+  add("--", self.relay_path, "--relay", "--status-fd", string.format("%d", self.status_fd), "--")
   for _, v in ipairs(self:python_argv(opts, run, "/home/" .. self.code_name)) do add(v) end
   return a
 end
@@ -263,6 +263,9 @@ function P:launch_args(opts, run, h)
   if opts.bwrap_refused then return variant(self, "fallback"):launch_args(opts, run, h) end
   local pol = opts.bwrap_pidns and variant(self, "own-pidns") or self
   local a = policy.Policy.launch_args(pol, opts, run, h)
+  -- the launcher's options come first, then `--` and bwrap's command
+  table.insert(a, 1, string.format("%d", self.status_fd))
+  table.insert(a, 1, "--status-fd")
   local dir = opts.launcher_exe:match("^(.*)/[^/]*$")
   for path in pairs(pol.pid_namespace and pol.tmpfs or {}) do
     if dir and dir:sub(1, #path + 1) == path .. "/" then

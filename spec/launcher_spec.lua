@@ -46,6 +46,11 @@ describe("corral-launch", function()
     { "--work-tmpfs 1024 --chdir /tmp --work-at home -- /bin/true", "not an absolute path" },
     { "--work-tmpfs 1024 --chdir /tmp --work-at /home/../etc -- /bin/true", "'..' segment" },
     { "--work-tmpfs 1024 --chdir /tmp --work-at /home/w/ -- /bin/true", "empty" },
+    { "--relay -- /bin/true", "--relay takes --status-fd N" },
+    { "--relay --status-fd 4 --pidns -- /bin/true", "--relay takes --status-fd N" },
+    { "--relay --status-fd 4 -- /bin/true", "--status-fd 4 is not an open file descriptor" },
+    { "--status-fd 2 -- /bin/true", "out of range" },
+    { "--report-fd 3 --status-fd 3 -- /bin/true 3>/dev/null", "--status-fd 3 is the report fd" },
   }
   for _, c in ipairs(bad) do
     it("exits 2 naming what is wrong in '" .. c[1] .. "'", function()
@@ -59,6 +64,49 @@ describe("corral-launch", function()
     assert.are.equal(7, status(launch("--pidns -- /bin/sh -c 'exit 7'")))
     assert.are.equal(128 + 11, status(launch("--pidns -- /bin/sh -c 'kill -SEGV $$'")))
     assert.are.equal(128 + 11, status(launch("--no-pidns -- /bin/sh -c 'kill -SEGV $$'")))
+  end)
+
+  -- a wrapper (bwrap) reports its program's death by signal N as exit 128+N: the relay inside it
+  -- says on --status-fd how the program ended
+  describe("with --status-fd, a wrapper running --relay", function()
+    local dir, wrapper
+    setup(function()
+      dir = H.sh("mktemp -d /tmp/corral-relay.XXXXXX"):gsub("%s+$", "")
+      wrapper = dir .. "/wrapper.sh"
+      local f = assert(io.open(wrapper, "w"))
+      -- the relay, then exit as it did: 128+N for its program's signal N
+      f:write('relay=$1; shift; "$relay" --relay --status-fd 4 -- "$@"; exit $?\n')
+      f:close()
+      H.sh("chmod -R a+rX " .. dir)
+    end)
+    teardown(function() H.sh("rm -rf " .. dir) end)
+    local relay = H.sh("readlink -f " .. L):gsub("%s+$", "")
+    local function wrapped(ns, prog)
+      local out = launch("--report-fd 3 --status-fd 4 " .. ns .. " -- /bin/sh " .. wrapper .. " " .. relay
+        .. " /bin/sh -c '" .. prog .. "' 3>&1")
+      return report.parse(out), out
+    end
+
+    for _, ns in ipairs({ "--pidns", "--no-pidns" }) do
+      it("reports the program's signal, not the wrapper's 128+N (" .. ns .. ")", function()
+        local rep, out = wrapped(ns, "kill -SEGV $$")
+        assert.are.same({ kind = "signal", code = 11 }, rep.status, out)
+        assert.are.equal(128 + 11, status(out))
+        rep, out = wrapped(ns, "kill -KILL $$")
+        assert.are.same({ kind = "signal", code = 9 }, rep.status, out)
+      end)
+
+      it("reports an exit 139 as exit 139 (" .. ns .. ")", function()
+        local rep, out = wrapped(ns, "exit 139")
+        assert.are.same({ kind = "exit", code = 139 }, rep.status, out)
+      end)
+
+      it("keeps the status fd from the relay's program (" .. ns .. ")", function()
+        local rep, out = wrapped(ns, "[ -e /proc/self/fd/4 ] && echo open || echo closed")
+        assert.is_truthy(out:find("closed\n", 1, true), out)
+        assert.are.same({ kind = "exit", code = 0 }, rep.status, out)
+      end)
+    end
   end)
 
   it("gives the program every signal at its default and none blocked, whatever it was started with", function()

@@ -166,6 +166,7 @@ int main(int argc, char **argv)
 	memset(&c, 0, sizeof c);
 	c.pid = c.shown = (pid_t)pid;
 	c.errfd = (int)pipefd;
+	c.statusfd = -1;
 	init_watch(&L, &c, &o);     /* as the init */
 	init_end((int)out, &o);
 

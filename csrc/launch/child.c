@@ -267,6 +267,28 @@ static int step_close_fds(void)
 	return 0;
 }
 
+/* --status-fd N: the one exception to the step above. A wrapper (bwrap) keeps the write end of
+ * the supervisor's status pipe at fd N through execve, for its --relay (relay.c), which makes it
+ * close-on-exec before it starts the wrapped program. N is never the report fd (plan.c); the
+ * error pipe is moved off N, as it is still needed until execve. dup2 leaves N without
+ * close-on-exec; the original stays marked. */
+static int step_status_fd(const struct launch *L, int *errfd)
+{
+	int n = L->plan->status_fd, w = L->child.status_wfd;
+
+	if (n < 0 || w < 0)
+		return 0;
+	if (*errfd == n) {
+		int moved = fcntl(n, F_DUPFD_CLOEXEC, n + 1);
+
+		if (moved < 0)
+			return -1;
+		*errfd = moved;
+	}
+	if (w == n)
+		return fcntl(n, F_SETFD, 0);
+	return dup2(w, n) < 0 ? -1 : 0;
+}
 
 /* In the init, before it starts the program: with --prestart, before the wait, so that the
  * ruleset's paths are opened and its rules added while no run waits. The program enforces it. The
@@ -421,6 +443,8 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	if (step_chdir(L) != 0)
 		die(errfd, W_CHDIR, errno);
 	if (step_close_fds() != 0)
+		die(errfd, W_FDS, errno);
+	if (step_status_fd(L, &errfd) != 0)
 		die(errfd, W_FDS, errno);
 	report_applied("empty-env");
 	if (L->run_program)

@@ -221,6 +221,8 @@ struct child_state {
 		unsigned long long ignored;     /* bit s-1: signal s (glibc's sigaddset refuses 32,
 						 * 33) */
 	} sigs;
+	int status_wfd;         /* --status-fd: the write end of the status pipe, which the
+				 * program puts at fd N; -1: none */
 };
 
 /* Shared state of the launcher, filled by its steps, and the state of the run (above). Made by
@@ -444,6 +446,8 @@ struct prog {
 	pid_t pid;              /* fork()'s value (namespace-local under the init) */
 	pid_t shown;            /* as /proc names it, from MSG_PID */
 	int errfd;              /* read end of the program's close-on-exec pipe; -1 after EOF */
+	int statusfd;           /* --status-fd: read end (non-blocking) of the pipe the relay
+				 * writes the wrapped program's wait status on; -1: none */
 	int have_fatal;
 	int fatal_what;
 	int fatal_err;

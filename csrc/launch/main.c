@@ -44,13 +44,14 @@ static void step_not_dumpable(void)
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);     /* cannot fail with these arguments */
 }
 
-/* 0b. Every inherited fd but 0-2 and the report fd is closed: whatever the host leaked into
- * the launcher reaches neither the program nor anything that could get at the launcher. */
-static void step_close_inherited(int report_fd)
+/* 0b. Every inherited fd but 0-2 and the one to keep (the report fd; the relay's status fd) is
+ * closed: whatever the host leaked into the launcher reaches neither the program nor anything
+ * that could get at the launcher. */
+static void step_close_inherited(int keep)
 {
-	if (report_fd > 3)
-		close_fds(3, report_fd - 1);
-	close_fds(report_fd >= 3 ? report_fd + 1 : 3, -1);
+	if (keep > 3)
+		close_fds(3, keep - 1);
+	close_fds(keep >= 3 ? keep + 1 : 3, -1);
 }
 
 int main(int argc, char **argv)
@@ -84,7 +85,13 @@ int main(int argc, char **argv)
 		return code;
 	}
 	if (plan.mode == PLAN_RELAY) {
-		step_close_inherited(-1);
+		step_close_inherited(plan.status_fd);
+		if (fcntl(plan.status_fd, F_GETFD) < 0) {
+			snprintf(err, sizeof err, "--relay: --status-fd %d is not an open file "
+				 "descriptor", plan.status_fd);
+			plan_free(&plan);
+			usage_error(err);
+		}
 		return relay_run(&plan);        /* relay.c */
 	}
 	if (plan.mode == PLAN_KILL_UID) {

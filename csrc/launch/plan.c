@@ -24,7 +24,7 @@ static const char help_text[] =
 	"       corral-launch --probe\n"
 	"       corral-launch --kill-uid U\n"
 	"       corral-launch --hold-net [--userns MODE] [--parent-pid PID]\n"
-	"       corral-launch --relay -- PROGRAM [ARGS...]\n"
+	"       corral-launch --relay --status-fd N -- PROGRAM [ARGS...]\n"
 	"       corral-launch --help\n"
 	"\n"
 	"Runs PROGRAM in a new process under a confinement plan: a new session, death\n"
@@ -138,9 +138,14 @@ static const char help_text[] =
 	"                        namespace when needed, as --userns says), print\n"
 	"                        \"ready\" and keep it until the parent dies, a\n"
 	"                        signal, or EOF on a pipe or socket stdin\n"
-	"  --relay               inside a wrapper that reports a death by signal N\n"
-	"                        as exit 128+N (bwrap): run PROGRAM, exit as it\n"
-	"                        exits, pass a terminating signal on to the parent\n"
+	"  --status-fd N         give PROGRAM (a wrapper such as bwrap, which reports\n"
+	"                        a death by signal N as exit 128+N) a pipe at fd N\n"
+	"                        (3..1023, not the report fd) on which its --relay\n"
+	"                        tells how the wrapped program ended\n"
+	"  --relay               inside such a wrapper, with --status-fd N (the fd\n"
+	"                        it inherited): run PROGRAM without fd N, write its\n"
+	"                        wait status on fd N, exit as it exits (128+N for\n"
+	"                        signal N)\n"
 	"  --help                this text\n"
 	"\n"
 	"Options also take the --opt=VALUE form. PROGRAM is used as given (no PATH\n"
@@ -408,6 +413,7 @@ enum opt {
 	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE, O_USER_MAX, O_DENY_PIPE_GROWTH, O_FLUSH_SIGNAL,
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_UNIX_PAIRS, O_CGROUP_REQUIRE,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD, O_RELAY,
+	O_STATUS_FD,
 	O_PRESTART, O_FILES_IN, O_COLLECT, O_COLLECT_ALL, O_COLLECT_TO, O_COLLECT_MAX,
 	O_COUNT
 };
@@ -459,6 +465,7 @@ static const struct {
 	[O_HELP] = { "--help", 0, 0 },
 	[O_HOLD_NET] = { "--hold-net", 0, 0 },
 	[O_RELAY] = { "--relay", 0, 0 },
+	[O_STATUS_FD] = { "--status-fd", 1, 0 },
 	[O_HELD] = { "--held", 0, 0 },
 	[O_PRESTART] = { "--prestart", 0, 0 },
 	[O_FILES_IN] = { "--files-in", 1, 0 },
@@ -526,6 +533,11 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 		if (number("--report-fd", v, 0, INT_MAX, &n, err, errlen))
 			return -1;
 		p->report_fd = (int)n;
+		return 0;
+	case O_STATUS_FD:
+		if (number("--status-fd", v, 3, 1023, &n, err, errlen))
+			return -1;
+		p->status_fd = (int)n;
 		return 0;
 	case O_PARENT_PID:
 		if (number("--parent-pid", v, 1, INT_MAX, &n, err, errlen))
@@ -720,6 +732,7 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 
 	memset(p, 0, sizeof *p);
 	p->report_fd = -1;
+	p->status_fd = -1;
 	p->sweep_uid = 1;
 	p->budget_poll_ms = PLAN_POLL_MS_DEFAULT;
 	p->collect_files = 100;
@@ -813,8 +826,13 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 		}
 		return 0;
 	}
-	if (seen[O_RELAY] && nopts != 1) {
-		fail(err, errlen, "--relay takes no other option, only -- PROGRAM [ARGS...]");
+	if (seen[O_RELAY] && (nopts != 2 || !seen[O_STATUS_FD])) {
+		fail(err, errlen, "--relay takes --status-fd N and no other option, then -- PROGRAM "
+		     "[ARGS...]");
+		goto bad;
+	}
+	if (p->status_fd >= 0 && p->status_fd == p->report_fd) {
+		fail(err, errlen, "--status-fd %d is the report fd", p->status_fd);
 		goto bad;
 	}
 	if (seen[O_HELD]) {

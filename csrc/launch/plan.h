@@ -65,6 +65,9 @@ struct plan_limit {
 struct plan {
 	enum plan_mode mode;
 	int report_fd;              /* -1: no report */
+	int status_fd;              /* --status-fd N: a run gives its program (a wrapper) the write
+				     * end of a pipe at fd N, whose read end the supervisor keeps;
+				     * --relay writes its program's wait status there. -1: none */
 	pid_t parent_pid;           /* 0: not checked */
 	enum plan_net net;
 	pid_t net_join;             /* --net-join PID: join the namespace that holder keeps; 0:

@@ -44,6 +44,36 @@ void prog_read(struct prog *c)
 		report_pid(c->shown);
 }
 
+/* --status-fd: the program is a wrapper that reports its own program's death by signal N as exit
+ * 128+N, and the relay inside it wrote that program's wait status on the status pipe before it
+ * exited (relay.c). Read once every writer is gone or has written (the wrapper has ended): the
+ * wrapper's exit 128+N becomes signal N when the relay's one status says signal N, or when the
+ * relay wrote nothing (it blocks every signal it can: it was killed itself, and the wrapper
+ * reports that as 128+N). Nothing else changes the wrapper's status: the relay's word can only
+ * explain a 128+N the wrapper gave, and more than one status (someone else wrote) explains
+ * nothing. */
+static int relayed_status(const struct launch *L, struct prog *c, int st)
+{
+	int rs[2], sig;
+	ssize_t n;
+
+	if (L->plan->status_fd < 0 || c->statusfd < 0)
+		return st;
+	do
+		n = read(c->statusfd, rs, sizeof rs);
+	while (n < 0 && errno == EINTR);
+	close(c->statusfd);
+	c->statusfd = -1;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) <= 128 || WEXITSTATUS(st) >= 128 + 65)
+		return st;
+	sig = WEXITSTATUS(st) - 128;
+	if (n == 0)
+		return sig;     /* the wait status of a death by signal sig */
+	if (n == (ssize_t)sizeof rs[0] && WIFSIGNALED(rs[0]) && WTERMSIG(rs[0]) == sig)
+		return rs[0];
+	return st;
+}
+
 /* The program is gone (or being killed): the fatal line, or status and usage; and what the launcher
  * must do. */
 void prog_finish(struct launch *L, struct prog *c, struct outcome *out)
@@ -52,6 +82,7 @@ void prog_finish(struct launch *L, struct prog *c, struct outcome *out)
 	int st = c->reaped ? c->wstatus : SIGKILL;  /* never reaped: it died with the tree */
 
 	budget_finish(L, c->empty);
+	st = relayed_status(L, c, st);
 	if (c->have_fatal) {
 		int w = c->fatal_what;
 

@@ -24,5 +24,6 @@ void launch_init(struct launch *L)
 		L->held.fd[i] = -1;
 	L->held.diag = -1;
 	L->child.prepared.ll.fd = -1;
+	L->child.status_wfd = -1;
 	L->ws.in_fd = L->ws.collect_fd = -1;
 }

@@ -132,9 +132,26 @@ static int prog_start(struct launch *L, struct prog *c)
 
 	memset(c, 0, sizeof *c);
 	c->errfd = -1;
+	c->statusfd = -1;
 	if (pipe2(fds, O_CLOEXEC) != 0) {
 		report_fatal(W_PIPE, errno, NULL);
 		return -1;
+	}
+	/* --status-fd: a program that execs (a wrapper) gets the write end at fd N (child.c) */
+	if (L->plan->status_fd >= 0 && !L->start_program && !L->run_program) {
+		int sfd[2];
+
+		/* the read end alone non-blocking: read at the end, whoever still holds the
+		 * write end */
+		if (pipe2(sfd, O_CLOEXEC) != 0) {
+			report_fatal(W_PIPE, errno, NULL);
+			close(fds[0]);
+			close(fds[1]);
+			return -1;
+		}
+		fcntl(sfd[0], F_SETFL, O_NONBLOCK);     /* cannot fail on a pipe we own */
+		c->statusfd = sfd[0];
+		L->child.status_wfd = sfd[1];
 	}
 	report_flush();         /* our lines before the program's */
 	if (L->start_program) {
@@ -174,9 +191,16 @@ static int prog_start(struct launch *L, struct prog *c)
 	 * ours */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	close(fds[1]);
+	if (L->child.status_wfd >= 0) {
+		close(L->child.status_wfd);
+		L->child.status_wfd = -1;
+	}
 	child_prepared_close(L);
 	if (c->pid < 0) {
 		close(fds[0]);
+		if (c->statusfd >= 0)
+			close(c->statusfd);
+		c->statusfd = -1;
 		report_fatal(W_FORK, err, NULL);
 		return -1;
 	}
