@@ -498,20 +498,6 @@ local KNOWN = {
   { "docker-default", "*", "unix socketpair buffers counts against the whole-run memory budget, or is refused within it",
     "no network namespace, uid or /proc of the run's own: the budget misses its socket buffers past a sixteenth" },
 }
--- bwrap where the container masks /proc (the shipped profile, no root): bwrap's own PID
--- namespace, whose pid 1 stands between the relay and the monitor (policies/bwrap.lua)
-local BWRAP_SIGNAL = "a death by signal N is reported as exit 128+N (bwrap's own PID namespace where /proc is masked)"
-for _, name in ipairs({
-  "a CPU loop ends with reason cpu (SIGXCPU)",
-  "threads burning CPU on every core end with reason cpu",
-  "a C stack overflow is reported as SIGSEGV",
-  "killing its own process group is reported as SIGKILL, reason signal",
-  "a segfault (ctypes.string_at(0)) is SIGSEGV, reason signal",
-  "os.abort() is SIGABRT, reason signal, and dumps no core",
-  "a program that sends itself SIGXCPU is not reported as out of CPU",
-}) do
-  KNOWN[#KNOWN + 1] = { "seccomp-corral", "bwrap", name, BWRAP_SIGNAL }
-end
 for _, k in ipairs({
   { "a write past file_mb ends with reason file-size", "by design bwrap gives no writable directory: the write fails EROFS" },
   { "a write past file_mb with SIGXFSZ at its default is killed by SIGXFSZ", "by design bwrap gives no writable directory" },

@@ -1096,6 +1096,16 @@ describe("deploy/k8s/seccomp-corral.json", function()
     assert.is_true(full.ok, full_out)
     -- bwrap's pid 1, the relay, then the program
     assert.are.equal("3\n", full.stdout, "the program is the relay's child in bwrap's PID namespace")
+    -- a death by signal is one there too, not bwrap's exit 128+N; an exit 139 stays one
+    local seg_out = masked("corral", H.cli .. " run --processes 4096 --policy bwrap --json -",
+      "import ctypes; ctypes.string_at(0)")
+    local seg = cjson.decode(seg_out)
+    assert.are.equal(-11, seg.returncode, seg_out)
+    assert.are.equal("signal", seg.reason, seg_out)
+    local ex = cjson.decode((masked("corral", H.cli .. " run --processes 4096 --policy bwrap --json -",
+      "import sys; sys.exit(139)")))
+    assert.are.equal(139, ex.returncode)
+    assert.are.equal("exit", ex.reason)
     for _, l in ipairs({ "pid-namespace", "no-network", "read-only-root" }) do
       assert.is_true(set(full.limits)[l], l .. " under the profile: " .. table.concat(full.limits, " "))
     end
