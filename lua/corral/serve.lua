@@ -1223,6 +1223,8 @@ function Server:_maybe_stop()
   self.stopped = true
   if self.drain_timer then self.drain_timer:close() self.drain_timer = nil end
   corral.let_go_prestarted()            -- the launches started ahead are killed
+  local sessions = package.loaded["corral.session"]
+  if sessions then sessions.let_go_spares() end   -- and the sessions started ahead
   require("corral.warm").close_all()   -- the warm interpreters exit once idle
   for _, s in ipairs(self.signals or {}) do s:close() end
   self.signals = nil

@@ -131,12 +131,24 @@ function Session:_give()
   return self
 end
 
---- Let go of the sessions started ahead (corral.close() does it).
-function M.close_spares()
+--- Let go of the sessions started ahead without waiting (from a callback: a server's stop); each
+-- is killed and cleaned up once the loop has seen its end. @return them
+function M.let_go_spares()
+  local list = {}
   for key, s in pairs(spares) do
     spares[key] = nil
     if s.spare_timer then s.spare_timer:close() s.spare_timer = nil end
-    s:close()
+    s:close_async()
+    list[#list + 1] = s
+  end
+  return list
+end
+
+--- Let go of the sessions started ahead and wait for their ends (runs the loop: corral.close()
+-- does it).
+function M.close_spares()
+  for _, s in ipairs(M.let_go_spares()) do
+    while s.proc do core.run("once") end
   end
 end
 
