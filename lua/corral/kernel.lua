@@ -325,7 +325,10 @@ def _corral_kernel():
                 os.close(d)
         return {"status": "ok", "entries": out, "truncated": truncated}
 
+    # the reader needs little stack: the address space it does not take is the program's
+    threading.stack_size(256 * 1024)
     threading.Thread(target=reader, daemon=True).start()
+    threading.stack_size(0)
     while True:
         with cond:
             while not queue:

@@ -218,6 +218,9 @@ end
 function Session:_lose(why)
   if not self.gone then self.gone = why end
   if self.proc then self.proc:kill() end
+  -- a request in flight is answered now, not when the run's end has been cleaned up: its wait
+  -- ends at its timeout and the grace
+  if self.busy and why == "lost" then self:_finish(self.busy, {}, "lost") end
 end
 
 local function stop_timers(req)
