@@ -36,7 +36,6 @@
 local corral = require "corral"
 local core = require "corral.core"
 local cjson = require "cjson"
-local policy = require "corral.policy"
 local H = require "helper"
 local S = require "hostile.support"
 
@@ -53,55 +52,6 @@ local function case_timeout(case, ctx)
   local o = case.opts
   if type(o) == "function" then o = o(ctx) end
   return (o and o.timeout) or DEFAULT_TIMEOUT
-end
-
-local function decode(s)
-  local ok, v = pcall(cjson.decode, s)
-  if ok then return v end
-  return nil
-end
-
--- The last line of `s` that parses as a JSON object.
-local function last_json(s)
-  local found
-  for line in (s or ""):gmatch("[^\n]+") do
-    if line:sub(1, 1) == "{" then found = decode(line) or found end
-  end
-  return found
-end
-
--- Inspectors waiting for their pinned uid: retried by run_cases between loop turns (a callback
--- may not run the loop itself).
-local waiting = {}
-
--- Start the inspector for a finished case, pinned to the case's uid as root. Calls back with
--- the parsed report, or nil and a problem.
-local function start_inspector(case, ctx, o, cb, deadline)
-  local uid = o.sink and math.tointeger(o.sink.uid)   -- a float when it came through JSON
-  local pol = policy.load("default")
-  if case.inspector_variant then pol = S.test_policy(case.inspector_variant, {}) end
-  if uid then pol = pol:extend { uid_range = { uid, uid } } end
-  local code = S.inspector_code({ ctx.marker }, ctx)
-  local proc, err = corral.start(code, { policy = pol, timeout = 5 }, function(r, rerr)
-    if not r then return cb(nil, "the inspector failed: " .. tostring(rerr)) end
-    local rep = last_json(r.stdout)
-    if not rep then return cb(nil, "the inspector printed no report: " .. r.stdout .. r.stderr) end
-    cb(rep)
-  end)
-  if proc then return end
-  -- EBUSY: another case of this process took the lowest free uid, this one, in the moment it
-  -- was free: wait for it to end (up to its timeout)
-  deadline = deadline or core.hrtime() + 10
-  if core.hrtime() > deadline then
-    return cb(nil, "the inspector could not start under uid " .. tostring(uid) .. ": " .. tostring(err))
-  end
-  waiting[#waiting + 1] = function() start_inspector(case, ctx, o, cb, deadline) end
-end
-
-local function retry_waiting()
-  local now = waiting
-  waiting = {}
-  for _, retry in ipairs(now) do retry() end
 end
 
 local function as_list(v)
@@ -155,33 +105,15 @@ local function evaluate(case, ctx, o)
     end
   end
   -- survivors and what the run left in its own directory, for the run and its companion
-  for _, part in ipairs({ { "", o.sink }, { "companion: ", o.companion and o.companion.sink } }) do
-    local label, sink = part[1], part[2]
-    if sink then
-      for _, s in ipairs(sink.strays or {}) do bad("%sprocess alive after the run: %s", label, s) end
-      for _, s in ipairs(sink.top_extra or {}) do bad("%swritten into the run directory on the host: %s", label, s) end
-      if sink.top and core.exists(sink.top) then bad("%srun directory left: %s", label, sink.top) end
-    end
-  end
+  S.sink_problems(o.sink, "", bad)
+  S.sink_problems(o.companion and o.companion.sink, "companion: ", bad)
   if o.companion and not o.companion.res then
     bad("companion: no result: %s", tostring(o.companion.err))
   elseif o.companion then
     local limit = ((case.companion.opts or {}).timeout or DEFAULT_TIMEOUT) + SLACK
     if o.companion.elapsed > limit then bad("companion: took %.2f s, more than its timeout + %.1f s", o.companion.elapsed, SLACK) end
   end
-  for _, p in ipairs(o.host_leaks or {}) do bad("left on the host: %s", p) end
-  if o.inspector_error then bad("%s", o.inspector_error) end
-  local rep = o.inspector
-  if rep then
-    for _, f in ipairs(rep.found or {}) do bad("the next run saw: %s", f) end
-    for _, p in ipairs(rep.procs or {}) do bad("the next run saw a process: %s", p) end
-    for d, names in pairs(rep.listing or {}) do
-      if #names > 0 then bad("the next run found %s not empty: %s", d, table.concat(names, " ")) end
-    end
-    if o.sink and o.sink.uid and rep.uid ~= math.tointeger(o.sink.uid) then
-      bad("the inspector ran as uid %s, not the case's %s", tostring(rep.uid), tostring(o.sink.uid))
-    end
-  end
+  S.after_problems(o, bad)
   return P
 end
 
@@ -212,7 +144,7 @@ local function start_case(case, prefix, done)
     done(o)
   end
   local function after_runs()
-    start_inspector(case, ctx, o, function(rep, err)
+    S.start_inspector(case, ctx, o, function(rep, err)
       o.inspector, o.inspector_error = rep, err
       o.host_leaks = S.host_leaks(ctx.marker, places)
       finish()
@@ -267,7 +199,7 @@ local function start_case(case, prefix, done)
         env = env,
         timeout = timeout + 15,
         on_exit = function(raw)
-          local out = last_json(raw.stdout)
+          local out = S.last_json(raw.stdout)
           if out then
             o.res, o.err, o.code, o.elapsed = out.res, out.err, out.code, out.elapsed
             o.sink = out.sink
@@ -338,14 +270,14 @@ local function start_case(case, prefix, done)
   -- name it: wait for it between loop turns
   local function when_pid_known()
     if companion_proc:pid() == 0 and not companion_proc:done() then
-      waiting[#waiting + 1] = when_pid_known
+      S.waiting[#S.waiting + 1] = when_pid_known
       return
     end
     ctx.companion_pid = companion_proc:pid()
     start_main()
   end
   if companion_proc and companion_proc:pid() == 0 then
-    waiting[#waiting + 1] = when_pid_known
+    S.waiting[#S.waiting + 1] = when_pid_known
   else
     start_main()
   end
@@ -372,7 +304,7 @@ local function run_cases(list, prefix, concurrency)
   start_more()
   while running > 0 do
     core.run("once")        -- returns at once when nothing else is running
-    retry_waiting()
+    S.retry_waiting()
   end
   return outcomes
 end

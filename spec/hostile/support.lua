@@ -356,6 +356,81 @@ function S.test_policy(variant, sink)
   }
 end
 
+-- The last line of `s` that parses as a JSON object.
+function S.last_json(s)
+  local cjson = require "cjson"
+  local found
+  for line in (s or ""):gmatch("[^\n]+") do
+    if line:sub(1, 1) == "{" then
+      local ok, v = pcall(cjson.decode, line)
+      if ok then found = v end
+    end
+  end
+  return found
+end
+
+--- Callbacks waiting for something a later loop turn brings (a uid free again, a warm run's
+-- pid): the runner calls `S.retry_waiting()` between loop turns, since a callback may not run
+-- the loop itself.
+S.waiting = {}
+
+function S.retry_waiting()
+  local now = S.waiting
+  S.waiting = {}
+  for _, retry in ipairs(now) do retry() end
+end
+
+--- Start the inspector for a finished case (`o.sink`: its run's), pinned to the case's uid as
+-- root. Calls back with the parsed report, or nil and a problem.
+function S.start_inspector(case, ctx, o, cb, deadline)
+  local corral = require "corral"
+  local uid = o.sink and math.tointeger(o.sink.uid)   -- a float when it came through JSON
+  local pol = policy.load("default")
+  if case.inspector_variant then pol = S.test_policy(case.inspector_variant, {}) end
+  if uid then pol = pol:extend { uid_range = { uid, uid } } end
+  local code = S.inspector_code({ ctx.marker }, ctx)
+  local proc, err = corral.start(code, { policy = pol, timeout = 5 }, function(r, rerr)
+    if not r then return cb(nil, "the inspector failed: " .. tostring(rerr)) end
+    local rep = S.last_json(r.stdout)
+    if not rep then return cb(nil, "the inspector printed no report: " .. r.stdout .. r.stderr) end
+    cb(rep)
+  end)
+  if proc then return end
+  -- EBUSY: another case of this process took the lowest free uid, this one, in the moment it
+  -- was free: wait for it to end (up to its timeout)
+  deadline = deadline or core.hrtime() + 10
+  if core.hrtime() > deadline then
+    return cb(nil, "the inspector could not start under uid " .. tostring(uid) .. ": " .. tostring(err))
+  end
+  S.waiting[#S.waiting + 1] = function() S.start_inspector(case, ctx, o, cb, deadline) end
+end
+
+--- What the run of `sink` (S.test_policy's) left: processes alive at its end, files written into
+-- its host directory, the directory itself. Each is passed to `bad(fmt, ...)`, after `label`.
+function S.sink_problems(sink, label, bad)
+  if not sink then return end
+  for _, s in ipairs(sink.strays or {}) do bad("%sprocess alive after the run: %s", label, s) end
+  for _, s in ipairs(sink.top_extra or {}) do bad("%swritten into the run directory on the host: %s", label, s) end
+  if sink.top and core.exists(sink.top) then bad("%srun directory left: %s", label, sink.top) end
+end
+
+--- What was found after the case (`o.host_leaks`, `o.inspector`, `o.inspector_error`): each
+-- passed to `bad(fmt, ...)`.
+function S.after_problems(o, bad)
+  for _, p in ipairs(o.host_leaks or {}) do bad("left on the host: %s", p) end
+  if o.inspector_error then bad("%s", o.inspector_error) end
+  local rep = o.inspector
+  if not rep then return end
+  for _, f in ipairs(rep.found or {}) do bad("the next run saw: %s", f) end
+  for _, p in ipairs(rep.procs or {}) do bad("the next run saw a process: %s", p) end
+  for d, names in pairs(rep.listing or {}) do
+    if #names > 0 then bad("the next run found %s not empty: %s", d, table.concat(names, " ")) end
+  end
+  if o.sink and o.sink.uid and rep.uid ~= math.tointeger(o.sink.uid) then
+    bad("the inspector ran as uid %s, not the case's %s", tostring(rep.uid), tostring(o.sink.uid))
+  end
+end
+
 --- Entries named with `marker` in the host places (top level, plus one level below the tree);
 -- each found is removed, so a leak is reported once and not left behind.
 function S.host_leaks(marker, places)
