@@ -456,6 +456,6 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	report_flush();
 	if (L->run_program)
 		L->run_program(L, errfd);       /* corral-zygote: the warm interpreter runs it */
-	execve(p->program, p->args, mounts_env(L));     /* settled before the fork */
+	execve(p->program, mounts_args(L), mounts_env(L));      /* settled before the fork */
 	die(errfd, W_EXEC, errno);
 }

@@ -328,6 +328,13 @@ int landlock_prepare(const struct launch *L, struct landlock *ll)
 					  "not granted");
 			continue;
 		}
+		/* Of --code-at and the code dir's own path, only where the program sees its code
+		 * (mounts_code_dir): the other is not mounted in the run (a directory of a private
+		 * tmpfs, or the host's). */
+		if (p->code_at && (strcmp(p->fs_ro[i], p->code_at) == 0 ||
+				   strcmp(p->fs_ro[i], p->ro_bind[0]) == 0) &&
+		    strcmp(p->fs_ro[i], mounts_code_dir(L)) != 0)
+			continue;
 		add_path(ll, p->fs_ro[i], LL_RO_RIGHTS);
 	}
 	for (i = 0; i < p->nfs_rw; i++) {

@@ -8,7 +8,7 @@
  *   ns.c         unshare, user namespace id maps; joining a shared network namespace, and its
  *                holder (--net-join, --hold-net)
  *   mounts.c     the init's mount namespace: private /proc, --tmpfs, --ro-bind, --work-tmpfs,
- *                --work-at
+ *                --work-at, --code-at
  *   supervise.c  init (PID namespace) or subreaper loops, exit mirroring
  *   sweep.c      without a PID namespace: the tree kill, the uid sweep, --kill-uid
  *   budget.c     whole-run CPU and memory budgets: polling, or a cgroup v2 (--cgroup)
@@ -169,15 +169,18 @@ struct held_state {
 };
 
 /* mounts.c: which --tmpfs were mounted, whether /proc is the run's own, and where the work dir
- * is. The init sets them before it starts the program, which inherits them (landlock.c asks);
- * corral-zygote's program gets them as a string (mounts_state). The program's environment follows
- * from them (mounts_settle): the plan's, unless --work-at could not be made. */
+ * and the code dir are. The init sets them before it starts the program, which inherits them
+ * (landlock.c asks); corral-zygote's program gets them as a string (mounts_state). The program's
+ * environment and arguments follow from them (mounts_settle): the plan's, unless --work-at or
+ * --code-at could not be made. */
 struct mounts_state {
 	unsigned char tmpfs_made[PLAN_MOUNTS_MAX];
 	int proc_made;
 	int work_at;            /* 1: the work tmpfs is at --work-at */
-	int settled;            /* 1: env is the program's */
+	int code_at;            /* 1: the code dir (--ro-bind 0) is at --code-at */
+	int settled;            /* 1: env and args are the program's */
 	char **env;             /* NULL: the plan's --env as given */
+	char **args;            /* NULL: the plan's program arguments as given */
 };
 
 /* A ruleset made before the program changes its uid, enforced after PR_SET_NO_NEW_PRIVS. */
@@ -361,20 +364,26 @@ int mounts_apply(struct launch *L);             /* in the init, before it forks 
 /* corral-zygote: what the init mounted (L->mounts), as a string of MOUNTS_STATE_LEN - 1
  * characters (and the NUL), for a program that did not inherit it from the init; and the
  * program's end of it (then, with L->plan set, mounts_settle). */
-#define MOUNTS_STATE_LEN (PLAN_MOUNTS_MAX + 3)
+#define MOUNTS_STATE_LEN (PLAN_MOUNTS_MAX + 4)
 void mounts_state(const struct launch *L, char *buf, size_t len);
 void mounts_state_set(struct launch *L, const char *s);
-/* "refused private-tmp" / "refused work-tmpfs" / "refused work-at" for what the plan asked, when
- * there is no mount namespace to make them in; why completes the message. */
+/* "refused private-tmp" / "refused work-tmpfs" / "refused work-at" / "refused code-at" for what
+ * the plan asked, when there is no mount namespace to make them in; why completes the message. */
 void mounts_refuse(const struct plan *p, int err, const char *why);
 /* Once the mounts are made (or refused), before the program is started: its environment, where
  * every --env value naming --work-at, or a path beneath it, names the same under --chdir when the
- * work dir stayed there. Idempotent; out of memory, the plan's as given. */
+ * work dir stayed there; and its arguments, where each naming --code-at or a path beneath it
+ * names the same under the code dir's own path when the code stayed there. Idempotent; out of
+ * memory, the plan's as given. */
 void mounts_settle(struct launch *L);
 /* The program's work dir: --work-at when its tmpfs was mounted there, else --chdir (NULL: none). */
 const char *mounts_work_dir(const struct launch *L);
-/* The program's environment (mounts_settle's, or the plan's). */
+/* The path the program sees the code dir at: --code-at when it was bound there, else its own
+ * (NULL: no --ro-bind). */
+const char *mounts_code_dir(const struct launch *L);
+/* The program's environment and arguments (mounts_settle's, or the plan's). */
 char **mounts_env(const struct launch *L);
+char **mounts_args(const struct launch *L);
 /* The size of the largest regular file in the work dir and the --tmpfs the init mounted (a
  * bounded walk). */
 unsigned long long mounts_largest_file(const struct launch *L);

@@ -7,13 +7,16 @@
  *   3. open each --ro-bind directory (O_PATH), while the host's tree is still in sight;
  *   4. a fresh tmpfs at each --tmpfs PATH: mode 1777, nosuid, nodev, size-limited;
  *   5. when one of them was mounted, each --ro-bind directory mounted back at its path,
- *      read-only, from its O_PATH fd (a tmpfs on /tmp would hide the run's code dir);
+ *      read-only, from its O_PATH fd (a tmpfs on /tmp would hide the run's code dir); the first
+ *      (the code dir) at --code-at instead when it is given and its parent lies inside a --tmpfs
+ *      mounted in step 4, so that the program's paths to its code say nothing of the host's;
  *   6. with --work-tmpfs, the work dir: a tmpfs, mode 0700, owned by the program's ids, at
  *      --work-at when it is given and its parent lies inside a --tmpfs mounted in step 4 (the
  *      directories along it are made there, never on the host's filesystem), else on --chdir.
  * Refusals are reported and the run goes on; a failed --ro-bind is fatal, because the program
  * would run without its code. Where the work dir stayed on --chdir, the program's --env values
- * that name --work-at name --chdir instead (mounts_settle), so HOME and TMPDIR still hold.
+ * that name --work-at name --chdir instead (mounts_settle), so HOME and TMPDIR still hold; where
+ * the code dir stayed at its own path, so do the program's arguments that name --code-at.
  *
  * Each tmpfs is also given nr_inodes = BYTES / 16 KiB, at least 1024 and at most 16384: an
  * inode and its dentry cost about 1 KiB of kernel memory that the size does not count (hard
@@ -40,6 +43,7 @@
 #include <unistd.h>
 
 #define refuse report_refused_at
+#define CODE_STAYS "the code dir stays at its own path"
 
 void mounts_refuse(const struct plan *p, int err, const char *why)
 {
@@ -49,10 +53,13 @@ void mounts_refuse(const struct plan *p, int err, const char *why)
 		refuse("work-tmpfs", err, why, "the program works in the host's --chdir directory");
 	if (p->work_at)
 		refuse("work-at", err, why, "the work dir stays on --chdir");
+	if (p->code_at)
+		refuse("code-at", err, why, CODE_STAYS);
 }
 
 /* What the init mounted (L->mounts) as a string, for corral-zygote's program: 'P' or '-' for
- * /proc, 'W' or '-' for --work-at, then 'T' or '-' for each --tmpfs. */
+ * /proc, 'W' or '-' for --work-at, 'C' or '-' for --code-at, then 'T' or '-' for each --tmpfs. */
+#define STATE_HEAD 3
 void mounts_state(const struct launch *L, char *buf, size_t len)
 {
 	size_t i;
@@ -61,19 +68,23 @@ void mounts_state(const struct launch *L, char *buf, size_t len)
 		return;
 	buf[0] = L->mounts.proc_made ? 'P' : '-';
 	buf[1] = L->mounts.work_at ? 'W' : '-';
+	buf[2] = L->mounts.code_at ? 'C' : '-';
 	for (i = 0; i < PLAN_MOUNTS_MAX; i++)
-		buf[2 + i] = L->mounts.tmpfs_made[i] ? 'T' : '-';
-	buf[2 + i] = '\0';
+		buf[STATE_HEAD + i] = L->mounts.tmpfs_made[i] ? 'T' : '-';
+	buf[STATE_HEAD + i] = '\0';
 }
 
 void mounts_state_set(struct launch *L, const char *s)
 {
 	size_t i;
 
+	if (strlen(s) != MOUNTS_STATE_LEN - 1)
+		return;         /* nothing is taken as made */
 	L->mounts.proc_made = s[0] == 'P';
-	L->mounts.work_at = s[0] && s[1] == 'W';
-	for (i = 0; i < PLAN_MOUNTS_MAX && s[0] && s[1] && s[2 + i]; i++)
-		L->mounts.tmpfs_made[i] = s[2 + i] == 'T';
+	L->mounts.work_at = s[1] == 'W';
+	L->mounts.code_at = s[2] == 'C';
+	for (i = 0; i < PLAN_MOUNTS_MAX; i++)
+		L->mounts.tmpfs_made[i] = s[STATE_HEAD + i] == 'T';
 }
 
 const char *mounts_work_dir(const struct launch *L)
@@ -81,9 +92,21 @@ const char *mounts_work_dir(const struct launch *L)
 	return L->mounts.work_at ? L->plan->work_at : L->plan->chdir;
 }
 
+const char *mounts_code_dir(const struct launch *L)
+{
+	if (!L->plan->nro_bind)
+		return NULL;
+	return L->mounts.code_at ? L->plan->code_at : L->plan->ro_bind[0];
+}
+
 char **mounts_env(const struct launch *L)
 {
 	return L->mounts.env ? L->mounts.env : L->plan->env;
+}
+
+char **mounts_args(const struct launch *L)
+{
+	return L->mounts.args ? L->mounts.args : L->plan->args;
 }
 
 /* The length of the value v when it is path or a path beneath it (what follows is kept), else 0. */
@@ -94,48 +117,62 @@ static size_t names_path(const char *v, const char *path)
 	return strncmp(v, path, n) == 0 && (v[n] == '\0' || v[n] == '/') ? n : 0;
 }
 
+/* Where the path in a string of vec starts: after the '=' of an --env value, else at 0. */
+static const char *path_part(const char *s, int env)
+{
+	return env ? strchr(s, '=') + 1 : s;
+}
+
+/* A copy of the vector vec (n strings and NULL) where every string from index first on whose
+ * path part (path_part) is from, or a path beneath it, has to in its place; NULL when none has,
+ * or out of memory. One allocation, the process's until its execve or exit: the vector, then the
+ * new strings. */
+static char **renamed(char *const *vec, size_t n, size_t first, int env, const char *from,
+		      const char *to)
+{
+	size_t i, extra = 0, tlen = strlen(to);
+	char **out, *area;
+
+	for (i = first; i < n; i++)
+		if (names_path(path_part(vec[i], env), from))
+			extra += strlen(vec[i]) + tlen + 1;
+	if (!extra)
+		return NULL;
+	out = malloc((n + 1) * sizeof *out + extra);
+	if (!out)
+		return NULL;
+	area = (char *)(out + n + 1);
+	for (i = 0; i < n; i++) {
+		const char *e = vec[i], *v = path_part(e, env);
+		size_t k = i < first ? 0 : names_path(v, from);
+
+		out[i] = vec[i];
+		if (!k)
+			continue;
+		out[i] = area;
+		memcpy(area, e, (size_t)(v - e));
+		area += v - e;
+		memcpy(area, to, tlen);
+		area += tlen;
+		strcpy(area, v + k);
+		area += strlen(v + k) + 1;
+	}
+	out[n] = NULL;
+	return out;
+}
+
 void mounts_settle(struct launch *L)
 {
 	const struct plan *p = L->plan;
-	size_t i, extra = 0, clen;
-	char **env, *area;
 
 	if (L->mounts.settled)
 		return;
 	L->mounts.settled = 1;
-	if (!p->work_at || L->mounts.work_at || !p->chdir)
-		return;
-	clen = strlen(p->chdir);
-	for (i = 0; i < p->nenv; i++) {
-		const char *v = strchr(p->env[i], '=') + 1;
-
-		if (names_path(v, p->work_at))
-			extra += strlen(p->env[i]) + clen + 1;
-	}
-	if (!extra)
-		return;
-	/* one allocation, the process's until its execve or exit: the vector, then the values */
-	env = malloc((p->nenv + 1) * sizeof *env + extra);
-	if (!env)
-		return;
-	area = (char *)(env + p->nenv + 1);
-	for (i = 0; i < p->nenv; i++) {
-		const char *e = p->env[i], *v = strchr(e, '=') + 1;
-		size_t n = names_path(v, p->work_at);
-
-		env[i] = p->env[i];
-		if (!n)
-			continue;
-		env[i] = area;
-		memcpy(area, e, (size_t)(v - e));
-		area += v - e;
-		memcpy(area, p->chdir, clen);
-		area += clen;
-		strcpy(area, v + n);
-		area += strlen(v + n) + 1;
-	}
-	env[p->nenv] = NULL;
-	L->mounts.env = env;
+	if (p->work_at && !L->mounts.work_at && p->chdir)
+		L->mounts.env = renamed(p->env, p->nenv, 0, 1, p->work_at, p->chdir);
+	/* the arguments after the program's own name */
+	if (p->code_at && !L->mounts.code_at)
+		L->mounts.args = renamed(p->args, p->nargs, 1, 0, p->code_at, p->ro_bind[0]);
 }
 
 /* The path of --tmpfs i, NUL-terminated (plan.c checked its length). */
@@ -301,42 +338,89 @@ static unsigned long locked_flags(const char *path)
 	return f;
 }
 
-/* 5. Each --ro-bind directory back at its path, read-only, from its fd. */
-static int step_ro_binds(const struct plan *p, const int *fds)
+/* The directory fd read-only at path (made first): 0; -1 when the bind failed (nothing is
+ * mounted), -2 when the read-only remount did (a writable bind is left). */
+static int bind_ro(int fd, const char *path)
 {
 	char src[64];
-	size_t i;
 
-	for (i = 0; i < p->nro_bind; i++) {
-		const char *path = p->ro_bind[i];
-
-		snprintf(src, sizeof src, "/proc/self/fd/%d", fds[i]);
-		if (mkdir_p(path) != 0 ||
-		    mount(src, path, "none", MS_BIND | MS_REC, NULL) != 0 ||
-		    mount("none", path, "none",
-			  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | locked_flags(path),
-			  NULL) != 0) {
-			report_fatal(W_ROBIND, errno, path);
-			return -1;
-		}
-	}
+	snprintf(src, sizeof src, "/proc/self/fd/%d", fd);
+	if (mkdir_p(path) != 0 || mount(src, path, "none", MS_BIND | MS_REC, NULL) != 0)
+		return -1;
+	if (mount("none", path, "none",
+		  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | locked_flags(path),
+		  NULL) != 0)
+		return -2;
 	return 0;
 }
 
-/* The --tmpfs that --work-at lies inside, when it was mounted: its index, or -1. */
-static int work_at_parent(const struct launch *L)
+/* Whether path lies inside a --tmpfs that was mounted (below it, not the mount point itself). */
+static int in_made_tmpfs(const struct launch *L, const char *path)
 {
 	const struct plan *p = L->plan;
-	size_t i, n = strlen(p->work_at);
+	size_t i, n = strlen(path);
 
 	for (i = 0; i < p->ntmpfs; i++) {
 		size_t k = p->tmpfs[i].path_len;
 
-		if (L->mounts.tmpfs_made[i] && n > k + 1 && p->work_at[k] == '/' &&
-		    memcmp(p->work_at, p->tmpfs[i].path, k) == 0)
-			return (int)i;
+		if (L->mounts.tmpfs_made[i] && n > k + 1 && path[k] == '/' &&
+		    memcmp(path, p->tmpfs[i].path, k) == 0)
+			return 1;
 	}
-	return -1;
+	return 0;
+}
+
+#define NO_PARENT "its parent lies in no --tmpfs the run mounted (the launcher makes no " \
+		  "directory on the host's filesystem)"
+
+/* 5a. The code dir (fd) at --code-at: 1 when it is there, 0 after a refused line (it goes at its
+ * own path then), -1 after a fatal one. As for --work-at, the directories along the path are made
+ * only below a --tmpfs of the run. */
+static int step_code_at(struct launch *L, int fd)
+{
+	const struct plan *p = L->plan;
+	int r;
+
+	if (!in_made_tmpfs(L, p->code_at)) {
+		refuse("code-at", ENOENT, NO_PARENT, CODE_STAYS);
+		return 0;
+	}
+	r = bind_ro(fd, p->code_at);
+	if (r == -1) {
+		refuse("code-at", errno, "cannot bind the code dir there", CODE_STAYS);
+		return 0;
+	}
+	if (r == -2) {
+		report_fatal(W_ROBIND, errno, p->code_at);
+		return -1;
+	}
+	L->mounts.code_at = 1;
+	report_applied("code-at");
+	return 1;
+}
+
+/* 5. Each --ro-bind directory back at its path, read-only, from its fd; the code dir at
+ * --code-at when it can be. */
+static int step_ro_binds(struct launch *L, const int *fds)
+{
+	const struct plan *p = L->plan;
+	size_t i;
+
+	for (i = 0; i < p->nro_bind; i++) {
+		if (i == 0 && p->code_at) {
+			int r = step_code_at(L, fds[0]);
+
+			if (r < 0)
+				return -1;
+			if (r > 0)
+				continue;
+		}
+		if (bind_ro(fds[i], p->ro_bind[i]) != 0) {
+			report_fatal(W_ROBIND, errno, p->ro_bind[i]);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 /* 6a. The work tmpfs at --work-at: 0, or -1 after a refused line (it goes on --chdir then). The
@@ -347,9 +431,8 @@ static int step_work_at(struct launch *L, const char *opts)
 	const struct plan *p = L->plan;
 	int err;
 
-	if (work_at_parent(L) < 0) {
-		refuse("work-at", ENOENT, "its parent lies in no --tmpfs the run mounted (the launcher "
-		       "makes no directory on the host's filesystem)", "the work dir stays on --chdir");
+	if (!in_made_tmpfs(L, p->work_at)) {
+		refuse("work-at", ENOENT, NO_PARENT, "the work dir stays on --chdir");
 		return -1;
 	}
 	if (mkdir_p(p->work_at) != 0) {
@@ -420,7 +503,9 @@ int mounts_apply(struct launch *L)
 	if (step_open_ro_binds(p, fds) != 0)                    /* 3 */
 		return -1;
 	if (step_tmpfs(L) > 0)                                  /* 4 */
-		r = step_ro_binds(p, fds);                      /* 5 */
+		r = step_ro_binds(L, fds);                      /* 5 */
+	else if (p->code_at)    /* nothing hides the code dir, nothing holds --code-at */
+		refuse("code-at", ENOENT, NO_PARENT, CODE_STAYS);
 	for (i = 0; i < p->nro_bind; i++)
 		close(fds[i]);
 	if (r == 0)

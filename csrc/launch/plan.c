@@ -78,6 +78,11 @@ static const char help_text[] =
 	"                        program's cwd; where it cannot be, the work dir\n"
 	"                        stays on --chdir and --env values naming PATH\n"
 	"                        name --chdir\n"
+	"  --code-at PATH        with --ro-bind: the first --ro-bind directory (the\n"
+	"                        code's) bound read-only at PATH instead of its own\n"
+	"                        path (PATH's parent inside a --tmpfs the run\n"
+	"                        mounted); where it cannot be, it stays at its own\n"
+	"                        path and program arguments naming PATH name it\n"
 	"  --files-in FILE       records PATH\\0MODE\\0SIZE\\0 and SIZE bytes: files\n"
 	"                        made in --chdir (relative paths) before the\n"
 	"                        program starts, with its uid and gid\n"
@@ -338,24 +343,25 @@ static int parse_ro_bind(struct plan *p, const char *s, char *err, size_t errlen
 	return 0;
 }
 
-/* A path the launcher makes directories along (inside a tmpfs of the run): every segment a name,
- * none empty, "." or "..", so that the path says where it is without a lookup. */
-static int parse_work_at(struct plan *p, const char *s, char *err, size_t errlen)
+/* A path the launcher makes directories along (inside a tmpfs of the run), --work-at's or
+ * --code-at's: every segment a name, none empty, "." or "..", so that the path says where it is
+ * without a lookup. */
+static int parse_place(const char *opt, const char *s, const char **out, char *err, size_t errlen)
 {
 	const char *seg;
 
-	if (check_path("--work-at", s, strlen(s), err, errlen))
+	if (check_path(opt, s, strlen(s), err, errlen))
 		return -1;
 	for (seg = s + 1;; seg = strchr(seg, '/') + 1) {
 		size_t n = strcspn(seg, "/");
 
 		if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
-			return fail(err, errlen, "--work-at: '%s' has an empty, '.' or '..' segment",
+			return fail(err, errlen, "%s: '%s' has an empty, '.' or '..' segment", opt,
 				    s);
 		if (!seg[n])
 			break;
 	}
-	p->work_at = s;
+	*out = s;
 	return 0;
 }
 
@@ -408,7 +414,7 @@ static int parse_syscall(struct plan *p, const char *v, char *err, size_t errlen
 /* Options that take a value; the rest are flags. */
 enum opt {
 	O_REPORT_FD, O_PARENT_PID, O_NET, O_USERNS, O_UID, O_GID, O_RLIMIT, O_ENV, O_CHDIR,
-	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_WORK_AT, O_KILL_UID,
+	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_WORK_AT, O_CODE_AT, O_KILL_UID,
 	O_LANDLOCK, O_FS_RO, O_FS_RW, O_SECCOMP, O_DENY_SYSCALL, O_BUDGET_CPU, O_BUDGET_MEM,
 	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE, O_USER_MAX, O_DENY_PIPE_GROWTH, O_FLUSH_SIGNAL,
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_UNIX_PAIRS, O_CGROUP_REQUIRE,
@@ -436,6 +442,7 @@ static const struct {
 	[O_RO_BIND] = { "--ro-bind", 1, 1 },
 	[O_WORK_TMPFS] = { "--work-tmpfs", 1, 0 },
 	[O_WORK_AT] = { "--work-at", 1, 0 },
+	[O_CODE_AT] = { "--code-at", 1, 0 },
 	[O_KILL_UID] = { "--kill-uid", 1, 0 },
 	[O_LANDLOCK] = { "--landlock", 1, 0 },
 	[O_FS_RO] = { "--fs-ro", 1, 1 },
@@ -591,7 +598,9 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 	case O_WORK_TMPFS:
 		return number("--work-tmpfs", v, 1, TMPFS_MAX, &p->work_tmpfs, err, errlen);
 	case O_WORK_AT:
-		return parse_work_at(p, v, err, errlen);
+		return parse_place("--work-at", v, &p->work_at, err, errlen);
+	case O_CODE_AT:
+		return parse_place("--code-at", v, &p->code_at, err, errlen);
 	case O_KILL_UID:
 		/* kill(-1) as uid 0 would kill the host; (uid_t)-1 is not a uid. */
 		if (strcmp(v, "0") == 0)
@@ -854,6 +863,10 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	}
 	if (p->work_at && !p->work_tmpfs) {
 		fail(err, errlen, "--work-at needs --work-tmpfs (the work dir it places)");
+		goto bad;
+	}
+	if (p->code_at && !p->nro_bind) {
+		fail(err, errlen, "--code-at needs --ro-bind (the first one is the code dir it places)");
 		goto bad;
 	}
 	if ((p->files_in || p->collect_to) && (!p->chdir || p->chdir[0] != '/')) {

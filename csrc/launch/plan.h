@@ -92,6 +92,8 @@ struct plan {
 	unsigned long long work_tmpfs;              /* --work-tmpfs bytes; 0: none */
 	const char *work_at;        /* --work-at PATH: where the work tmpfs goes instead of
 				     * --chdir, or NULL (mounts.c) */
+	const char *code_at;        /* --code-at PATH: where ro_bind[0], the code dir, goes
+				     * instead of its own path, or NULL (mounts.c) */
 	/* The program's files (workspace.c): into --chdir before it starts, out after the run. */
 	const char *files_in;       /* --files-in FILE, or NULL */
 	const char *collect_to;     /* --collect-to FILE, or NULL */

@@ -654,12 +654,13 @@ static void rehearse(void)
 
 NORETURN void py_run_program(const struct launch *L, int errfd)
 {
-	struct plan run = *L->plan;     /* with the program's environment (mounts.c) */
+	struct plan run = *L->plan;     /* with the program's environment and arguments (mounts.c) */
 	const struct plan *p = &run;
 	struct result res = { 0, 0 };
 	int s, ready;
 
 	run.env = mounts_env(L);
+	run.args = mounts_args(L);
 	if (L->direct)
 		exec_rseq_again();   /* the direct init, our parent, shared the zygote's memory */
 	/* The process as execve() would leave it (exec.c); a failure is the launcher's exec one. */
