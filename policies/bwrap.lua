@@ -45,8 +45,10 @@ local P = policy.load("default"):extend {
   -- through it by the relay, never the interpreter's (not the report fd, 3)
   status_fd = 4,
   bwrap_fallback = true,
-  -- bwrap's program works in its own /home; the launcher's work dir stays where it was
+  -- bwrap's program works in its own /home, its code at /home/code.py; the launcher's work and
+  -- code dirs stay where they were
   work_path = false,
+  code_path = false,
 }
 
 -- Directories the dynamic loader searches (its defaults and /etc/ld.so.conf's), where a

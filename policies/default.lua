@@ -39,6 +39,9 @@ return policy.base {
   -- where the program sees its work dir (cwd, HOME, TMPDIR), whatever the host's run directory:
   -- inside one of `tmpfs`. Where it cannot be placed there (no PID namespace), the host path
   work_path = "/home/sandbox",
+  -- where the program sees its code dir (tracebacks, __file__, argv), whatever the host's run
+  -- directory: inside one of `tmpfs`. Where it cannot be bound there, the host path
+  code_path = "/run/corral",
   -- the program's files (`files`, `collect`): the bytes a run may be given, and what it may hand
   -- back: files, bytes of each, bytes in all
   max_files_in_mb = 16,

@@ -423,6 +423,59 @@ raise ValueError("where")
   end)
 end)
 
+describe("the code file", function()
+  local policy = require "corral.policy"
+  local PROG = [[
+import os, sys
+print(__file__ == sys.argv[0], __file__)
+try:
+    open(__file__, "a").write("x")
+    print("written")
+except OSError as e:
+    print("not written")
+print(os.listdir("/tmp") + os.listdir("/dev/shm"))
+raise ValueError("where")
+]]
+
+  for _, name in ipairs({ "default", "warm" }) do
+    it("is /run/corral/main.py, read-only, under " .. name .. ", and no host path shows", function()
+      local r = run(PROG, { policy = name })
+      assert.are.equal("True /run/corral/main.py\nnot written\n[]\n", r.stdout, r.stderr)
+      assert.is_truthy(r.stderr:find('File "/run/corral/main.py", line 9', 1, true), r.stderr)
+      assert.is_truthy(r.stderr:find("ValueError: where", 1, true), r.stderr)
+      local all = r.stdout .. r.stderr
+      assert.is_nil(all:find("/dev/shm/", 1, true), all)
+      assert.is_nil(all:find("corral-", 1, true), all)
+      assert.is_nil(r.refused and r.refused["code-at"])
+    end)
+  end
+
+  it("stays at the host path without a PID namespace, where --code-at is not asked for", function()
+    local r = run(PROG, { policy = policy.load("default"):extend { pid_namespace = false } })
+    local file = r.stdout:match("^True (%S+)\n")
+    assert.is_truthy(file and file:match("/corral%-%w+/code/main%.py$"), r.stdout .. r.stderr)
+    assert.is_truthy(r.stderr:find('File "' .. file .. '"', 1, true), r.stderr)
+    assert.is_nil(r.refused and r.refused["code-at"])
+  end)
+
+  it("stays at the host path, and says why, where no scratch mount holds code_path", function()
+    local r = run(PROG, { policy = policy.load("default"):extend { tmpfs = { ["/tmp"] = 16 } } })
+    local file = r.stdout:match("^True (%S+)\n")
+    assert.is_truthy(file and file:match("/corral%-%w+/code/main%.py$"), r.stdout .. r.stderr)
+    assert.is_truthy(r.stdout:find("\nnot written\n", 1, true), r.stdout)
+    assert.is_truthy(r.stderr:find('File "' .. file .. '"', 1, true), r.stderr)
+    assert.is_truthy(r.refused and r.refused["code-at"], r.stdout)
+  end)
+
+  it("rejects a code_path that is not a clean absolute path, naming it", function()
+    for _, w in ipairs({ "run/corral", "/run/../etc", "/run/corral/", "/run//x", 7 }) do
+      local ok, err = pcall(policy.load, policy.load("default"):extend { code_path = w })
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):find("code_path", 1, true), tostring(err))
+    end
+  end)
+end)
+
 describe("reason, from what the sandbox saw", function()
   local snap
   before_each(function() snap = H.snapshot() end)

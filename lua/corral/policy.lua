@@ -20,7 +20,9 @@
 -- namespace), `work_mb` (the work dir as a tmpfs of this size), `work_path` (where the program
 -- sees that work dir, its cwd, HOME and TMPDIR, e.g. "/home/sandbox", inside one of `tmpfs`:
 -- where the launcher cannot place it there, the host path and `refused["work-at"]`; false: the
--- host path), `kill_on_overflow`, `grace`,
+-- host path), `code_path` (where the program sees its code dir, e.g. "/run/corral", inside one
+-- of `tmpfs`: where the launcher cannot bind it there, the host path and `refused["code-at"]`;
+-- false: the host path), `kill_on_overflow`, `grace`,
 -- `tail_bytes`, `code_name`, `wrapper_processes` (processes of a wrapper the launcher runs instead
 -- of the interpreter, such as bwrap's monitor, that RLIMIT_NPROC counts with the program's: added
 -- to `processes`).
@@ -185,11 +187,11 @@ function Policy:check()
   if self.work_mb and (type(self.work_mb) ~= "number" or self.work_mb < 1 or self.work_mb > 1048576) then
     fail(self, "work_mb", "must be MiB in 1..1048576, or false for a work dir on the host")
   end
-  if self.work_path ~= nil and self.work_path ~= false then
-    local w = self.work_path
-    if type(w) ~= "string" or w:sub(1, 1) ~= "/" or w:find("//", 1, true) or w:sub(-1) == "/"
-      or ("/" .. w .. "/"):find("/%.%.?/") then
-      fail(self, "work_path", "must be an absolute path without empty, '.' or '..' segments, or false")
+  for _, k in ipairs({ "work_path", "code_path" }) do
+    local w = self[k]
+    if w ~= nil and w ~= false and (type(w) ~= "string" or w:sub(1, 1) ~= "/" or w:find("//", 1, true)
+      or w:sub(-1) == "/" or ("/" .. w .. "/"):find("/%.%.?/")) then
+      fail(self, k, "must be an absolute path without empty, '.' or '..' segments, or false")
     end
   end
   for _, k in ipairs({ "fs_read", "fs_write" }) do
@@ -334,7 +336,7 @@ end
 -- 3.12 silently stops reading a source file at its first NUL byte: such code goes through the
 -- prelude even when warm, and under -u is compiled from bytes instead, so that Python itself
 -- reports the NUL bytes as an error (the prelude always compiles from bytes).
--- @param path the code file as the interpreter sees it (default: run.code_path)
+-- @param path the code file as the interpreter sees it (default: the code_dir's)
 function Policy:python_argv(opts, run, path)
   local argv = { opts.python_exe }
   for _, a in ipairs(self.python_args or { "-I" }) do argv[#argv + 1] = a end
@@ -350,7 +352,7 @@ function Policy:python_argv(opts, run, path)
   if main then
     argv[#argv + 1] = main:sub(1, 1) == "-" and ("./" .. main) or main
   else
-    argv[#argv + 1] = path or run.code_path
+    argv[#argv + 1] = path or (self:code_dir(run) .. "/" .. (self.code_name or "main.py"))
   end
   local args = opts.args
   for i = main and 2 or 1, args and #args or 0 do argv[#argv + 1] = args[i] end
@@ -367,6 +369,15 @@ end
 function Policy:work_dir(run)
   if self.work_path and self.pid_namespace and self.work_mb then return self.work_path, true end
   return run.workdir, false
+end
+
+--- Where the program sees its code dir: `code_path` when the launcher is asked to bind it there
+-- (--code-at: a PID namespace, whose mount namespace holds it, and scratch mounts, over which the
+-- code dir is bound back), else the host's. Where the launcher cannot, it rewrites the program's
+-- arguments that name `code_path` to the host path.
+function Policy:code_dir(run)
+  if self.code_path and self.pid_namespace and next(self.tmpfs or {}) then return self.code_path, true end
+  return run.code_dir, false
 end
 
 --- The sandbox's environment, as NAME=VALUE strings in a stable order. HOME and TMPDIR are the
@@ -410,6 +421,9 @@ function Policy:filesystem_rules(opts, run)
     for _, path in ipairs(sorted_keys(self.tmpfs)) do add(rw, path) end
   end
   for _, p in ipairs(self.fs_write or {}) do add(rw, p) end
+  -- both: the launcher grants the one the code is at
+  local cd, cat = self:code_dir(run)
+  if cat then add(ro, cd) end
   add(ro, run.code_dir)
   for _, p in ipairs(require("corral.host").python_roots(opts.python_exe)) do add(ro, p) end
   for _, p in ipairs(self.fs_read or {}) do add(ro, p) end
@@ -456,7 +470,9 @@ function Policy:launch_args(opts, run, host)
     local paths_ = sorted_keys(self.tmpfs)
     for _, path in ipairs(paths_) do add("--tmpfs", path .. "=" .. int(self.tmpfs[path] * 1048576)) end
     if #paths_ > 0 then
-      add("--ro-bind", run.code_dir)
+      add("--ro-bind", run.code_dir)   -- first: the one --code-at places
+      local cd, cat = self:code_dir(run)
+      if cat then add("--code-at", cd) end
       -- an interpreter's directory under a scratch path (a virtualenv in /tmp) is bound back too
       for _, root in ipairs(require("corral.host").python_roots(opts.python_exe)) do
         for _, path in ipairs(paths_) do

@@ -178,8 +178,11 @@ def scan(d, depth):
         if depth > 0 and os.path.isdir(p) and not os.path.islink(p):
             scan(p, depth - 1)
 cwd = os.getcwd()
-# the run's directory on the host: its code's (the work dir has a path of its own)
+# the run's directory on the host: its code's (the work dir has a path of its own), where the
+# code is at its host path (under code_path the run's directory is out of sight: the cwd again)
 top = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0])))
+if not os.path.basename(top).startswith("corral-"):
+    top = cwd
 for d in ["/tmp", "/var/tmp", "/dev/shm", cwd, os.environ.get("HOME", cwd), top, HOST_HOME] + WORLD_WRITABLE:
     scan(d, 3)
 try:
