@@ -54,6 +54,7 @@ describe("corral-launch", function()
     { "--code-at /run/corral -- /bin/true", "--code-at needs --ro-bind" },
     { "--ro-bind /usr --code-at run/corral -- /bin/true", "not an absolute path" },
     { "--ro-bind /usr --code-at /run/./corral -- /bin/true", "'.'" },
+    { "--ro-bind /usr --work-tmpfs 1024 --chdir /tmp --work-at /home/s --code-at /home/s/c -- /bin/true", "overlap" },
   }
   for _, c in ipairs(bad) do
     it("exits 2 naming what is wrong in '" .. c[1] .. "'", function()

@@ -467,8 +467,8 @@ raise ValueError("where")
     assert.is_truthy(r.refused and r.refused["code-at"], r.stdout)
   end)
 
-  it("rejects a code_path that is not a clean absolute path, naming it", function()
-    for _, w in ipairs({ "run/corral", "/run/../etc", "/run/corral/", "/run//x", 7 }) do
+  it("rejects a code_path that is not a clean absolute path or overlaps work_path, naming it", function()
+    for _, w in ipairs({ "run/corral", "/run/../etc", "/run/corral/", "/run//x", 7, "/home/sandbox/code", "/home" }) do
       local ok, err = pcall(policy.load, policy.load("default"):extend { code_path = w })
       assert.is_false(ok)
       assert.is_truthy(tostring(err):find("code_path", 1, true), tostring(err))

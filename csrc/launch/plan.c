@@ -365,6 +365,14 @@ static int parse_place(const char *opt, const char *s, const char **out, char *e
 	return 0;
 }
 
+/* Whether path a is b or lies beneath it. */
+static int within(const char *a, const char *b)
+{
+	size_t n = strlen(b);
+
+	return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/');
+}
+
 static int parse_mech(const char *opt, const char *v, enum plan_mech *out, char *err,
 		      size_t errlen)
 {
@@ -867,6 +875,11 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	}
 	if (p->code_at && !p->nro_bind) {
 		fail(err, errlen, "--code-at needs --ro-bind (the first one is the code dir it places)");
+		goto bad;
+	}
+	/* the work tmpfs, mounted after the code, would hide it; or the code, the work dir */
+	if (p->code_at && p->work_at && (within(p->code_at, p->work_at) || within(p->work_at, p->code_at))) {
+		fail(err, errlen, "--code-at '%s' and --work-at '%s' overlap", p->code_at, p->work_at);
 		goto bad;
 	}
 	if ((p->files_in || p->collect_to) && (!p->chdir || p->chdir[0] != '/')) {

@@ -194,6 +194,10 @@ function Policy:check()
       fail(self, k, "must be an absolute path without empty, '.' or '..' segments, or false")
     end
   end
+  local w, c = self.work_path, self.code_path
+  if w and c and ((c .. "/"):sub(1, #w + 1) == w .. "/" or (w .. "/"):sub(1, #c + 1) == c .. "/") then
+    fail(self, "code_path", "must not lie in work_path, nor work_path in it")
+  end
   for _, k in ipairs({ "fs_read", "fs_write" }) do
     if self[k] ~= nil then check_paths(self, k, self[k]) end
   end
