@@ -40,8 +40,9 @@ return policy.base {
   -- inside one of `tmpfs`. Where it cannot be placed there (no PID namespace), the host path
   work_path = "/home/sandbox",
   -- where the program sees its code dir (tracebacks, __file__, argv), whatever the host's run
-  -- directory: inside one of `tmpfs`. Where it cannot be bound there, the host path
-  code_path = "/run/corral",
+  -- directory: inside one of `tmpfs`. Where it cannot be bound there, the host path. Not
+  -- /run/corral: that is the controller's lock and socket directory, which a run must not see named
+  code_path = "/run/code",
   -- the program's files (`files`, `collect`): the bytes a run may be given, and what it may hand
   -- back: files, bytes of each, bytes in all
   max_files_in_mb = 16,

@@ -51,7 +51,7 @@ describe("corral-launch", function()
     { "--relay --status-fd 4 -- /bin/true", "--status-fd 4 is not an open file descriptor" },
     { "--status-fd 2 -- /bin/true", "out of range" },
     { "--report-fd 3 --status-fd 3 -- /bin/true 3>/dev/null", "--status-fd 3 is the report fd" },
-    { "--code-at /run/corral -- /bin/true", "--code-at needs --ro-bind" },
+    { "--code-at /run/code -- /bin/true", "--code-at needs --ro-bind" },
     { "--ro-bind /usr --code-at run/corral -- /bin/true", "not an absolute path" },
     { "--ro-bind /usr --code-at /run/./corral -- /bin/true", "'.'" },
     { "--ro-bind /usr --work-tmpfs 1024 --chdir /tmp --work-at /home/s --code-at /home/s/c -- /bin/true", "overlap" },
@@ -206,8 +206,8 @@ print(__file__, sys.argv[1:], os.listdir("/tmp"), w)
       f:close()
       H.sh("chmod -R a+rX " .. top)
       local out = launch("--report-fd 3 " .. mounts:gsub("CODE", top .. "/code") ..
-        " --code-at /run/corral -- " .. H.python ..
-        " -I /run/corral/main.py /run/corral /run/corral/x /run/corrals 3>&1")
+        " --code-at /run/code -- " .. H.python ..
+        " -I /run/code/main.py /run/code /run/code/x /run/codes 3>&1")
       H.sh("rm -rf " .. top)
       return out, report.parse(out), top
     end
@@ -215,7 +215,7 @@ print(__file__, sys.argv[1:], os.listdir("/tmp"), w)
     it("is the code dir bound read-only at PATH, and its own path is not there", function()
       local out, rep = code_run("--pidns --tmpfs /tmp=1048576 --tmpfs /run=1048576 --ro-bind CODE")
       assert.are.equal(0, status(out), out)
-      assert.is_truthy(out:find("/run/corral/main.py ['/run/corral', '/run/corral/x', '/run/corrals'] [] " ..
+      assert.is_truthy(out:find("/run/code/main.py ['/run/code', '/run/code/x', '/run/codes'] [] " ..
         "Read-only file system\n", 1, true), out)
       assert.is_truthy(rep.applied["code-at"], out)
       assert.is_nil(rep.refused["code-at"])
@@ -227,17 +227,17 @@ print(__file__, sys.argv[1:], os.listdir("/tmp"), w)
       { "--no-pidns --tmpfs /tmp=1048576 --ro-bind CODE", "needs --pidns" },
     }) do
       it("stays at its own path, named in the arguments, with " .. c[1], function()
-        local host_had = H.sh("test -e /run/corral && echo yes") ~= ""
+        local host_had = H.sh("test -e /run/code && echo yes") ~= ""
         local out, rep, top = code_run(c[1])
         local code = top .. "/code"
         assert.are.equal(0, status(out), out)
         -- (an argument that only starts like PATH is left as it is)
-        assert.is_truthy(out:find(code .. "/main.py ['" .. code .. "', '" .. code .. "/x', '/run/corrals'] ", 1, true), out)
+        assert.is_truthy(out:find(code .. "/main.py ['" .. code .. "', '" .. code .. "/x', '/run/codes'] ", 1, true), out)
         assert.is_truthy(rep.refused["code-at"], out)
         assert.is_truthy(rep.refused["code-at"].message:find(c[2], 1, true), out)
         assert.is_nil(rep.applied["code-at"])
         -- nothing was made on the host's filesystem
-        if not host_had then assert.are.equal("", H.sh("test -e /run/corral && echo yes")) end
+        if not host_had then assert.are.equal("", H.sh("test -e /run/code && echo yes")) end
       end)
     end
   end)

@@ -438,10 +438,10 @@ raise ValueError("where")
 ]]
 
   for _, name in ipairs({ "default", "warm" }) do
-    it("is /run/corral/main.py, read-only, under " .. name .. ", and no host path shows", function()
+    it("is /run/code/main.py, read-only, under " .. name .. ", and no host path shows", function()
       local r = run(PROG, { policy = name })
-      assert.are.equal("True /run/corral/main.py\nnot written\n[]\n", r.stdout, r.stderr)
-      assert.is_truthy(r.stderr:find('File "/run/corral/main.py", line 9', 1, true), r.stderr)
+      assert.are.equal("True /run/code/main.py\nnot written\n[]\n", r.stdout, r.stderr)
+      assert.is_truthy(r.stderr:find('File "/run/code/main.py", line 9', 1, true), r.stderr)
       assert.is_truthy(r.stderr:find("ValueError: where", 1, true), r.stderr)
       local all = r.stdout .. r.stderr
       assert.is_nil(all:find("/dev/shm/", 1, true), all)
@@ -468,7 +468,7 @@ raise ValueError("where")
   end)
 
   it("rejects a code_path that is not a clean absolute path or overlaps work_path, naming it", function()
-    for _, w in ipairs({ "run/corral", "/run/../etc", "/run/corral/", "/run//x", 7, "/home/sandbox/code", "/home" }) do
+    for _, w in ipairs({ "run/corral", "/run/../etc", "/run/code/", "/run//x", 7, "/home/sandbox/code", "/home" }) do
       local ok, err = pcall(policy.load, policy.load("default"):extend { code_path = w })
       assert.is_false(ok)
       assert.is_truthy(tostring(err):find("code_path", 1, true), tostring(err))

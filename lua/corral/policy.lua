@@ -20,7 +20,7 @@
 -- namespace), `work_mb` (the work dir as a tmpfs of this size), `work_path` (where the program
 -- sees that work dir, its cwd, HOME and TMPDIR, e.g. "/home/sandbox", inside one of `tmpfs`:
 -- where the launcher cannot place it there, the host path and `refused["work-at"]`; false: the
--- host path), `code_path` (where the program sees its code dir, e.g. "/run/corral", inside one
+-- host path), `code_path` (where the program sees its code dir, e.g. "/run/code", inside one
 -- of `tmpfs`: where the launcher cannot bind it there, the host path and `refused["code-at"]`;
 -- false: the host path), `kill_on_overflow`, `grace`,
 -- `tail_bytes`, `code_name`, `wrapper_processes` (processes of a wrapper the launcher runs instead
