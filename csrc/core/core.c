@@ -254,6 +254,7 @@ static const luaL_Reg funcs[] = {
     {"resolve", corral_resolve},
     {"signal", corral_signal},
     {"timer", corral_timer},
+    {"reader", corral_reader},
     {"run", l_run},
     {"mkdtemp", corral_mkdtemp},
     {"rmtree", corral_rmtree},

@@ -8,7 +8,7 @@
  * utf8.c     utf8_repair, json_raw_control (pure functions plus their bindings)
  * lock.c     core.lock
  * http.c     core.http_listen: an HTTP/1.1 server (http-parser) and its corral.http_res
- * watch.c    core.signal, core.timer: small handles that call a Lua function
+ * watch.c    core.signal, core.timer, core.reader: small handles that call a Lua function
  * zygote.c   core.zygote: a warm interpreter (corral-zygote) that forks runs on request
  *
  * There is no process-wide state: every luaopen makes its own corral_loop, reached through the
@@ -32,6 +32,7 @@
 #define CORRAL_RES_MT    "corral.http_res"
 #define CORRAL_SIGNAL_MT "corral.signal"
 #define CORRAL_TIMER_MT  "corral.timer"
+#define CORRAL_READER_MT "corral.reader"
 #define CORRAL_ZYGOTE_MT "corral.zygote"
 
 /* One read buffer per loop: libuv reads into it, process.c copies what fits under the caps;
@@ -49,7 +50,7 @@ typedef struct corral_loop {
   lua_State *L;               /* the main Lua thread: callbacks run on it */
   struct corral_run *runs;    /* every run whose handles are not all closed yet */
   struct corral_http_server *servers; /* every server whose handles are not all closed yet */
-  struct corral_watch *watches;       /* every signal watcher and timer not closed yet */
+  struct corral_watch *watches;       /* every signal watcher, timer and reader not closed yet */
   struct corral_zygote *zygotes;      /* every zygote whose handles are not all closed yet */
   int running;                /* inside uv_run (core.run is not re-entrant) */
   int closing;                /* the loop is being torn down: no Lua from callbacks */
@@ -130,7 +131,8 @@ void corral_http_shutdown(corral_loop *cl);
 /* ---- watch.c ---- */
 int corral_signal(lua_State *L);
 int corral_timer(lua_State *L);
-void corral_watch_open(lua_State *L);         /* registers corral.signal, corral.timer */
+int corral_reader(lua_State *L);
+void corral_watch_open(lua_State *L);         /* registers corral.signal, corral.timer, corral.reader */
 void corral_watch_shutdown(corral_loop *cl);  /* loop teardown: close them, no Lua */
 
 /* ---- fs.c ---- */
