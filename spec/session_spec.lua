@@ -76,9 +76,40 @@ describe("session", function()
     assert.are.equal("'kept'", exec(s, "x").value)
   end)
 
+  it("interrupts a cell on request, even one sent a moment before, and keeps the state", function()
+    local s = new {}
+    exec(s, "x = 'kept'")
+    local r
+    -- the interrupt follows the cell at once: the kernel may not have started it yet
+    assert(s:exec_async("while True:\n    pass", { timeout = 60 }, function(res) r = res end))
+    assert(s:interrupt())
+    while not r do core.run("once") end
+    assert.are.same({ "interrupted", "KeyboardInterrupt" }, { r.reason, r.error.type })
+    assert.are.equal("'kept'", exec(s, "x").value)
+    local ok, _, ecode = s:interrupt()
+    assert.is_nil(ok)
+    assert.are.equal("EIDLE", ecode)
+  end)
+
+  it("says whether source is a whole statement, and runs one as Python's REPL does", function()
+    local s = new {}
+    for _, case in ipairs({ { "x = 1", true }, { "def f():", false }, { "def f():\n    return 1", false },
+                            { "def f():\n    return 1\n", true }, { "if (1,", false }, { "1 +* 2", true } }) do
+      local c = assert(s:complete(case[1]))
+      assert.are.equal(case[2], c.complete, case[1])
+    end
+    local r = exec(s, "for i in range(3): i * 2\n", { interactive = true })
+    assert.are.equal("0\n2\n4\n", r.stdout)
+    assert.is_nil(r.value)
+    assert.are.equal("'4'", exec(s, "repr(_)").value)
+    assert.has_error(function() s:exec("1", { interactive = 1 }) end, "exec: option 'interactive' must be a boolean, got number")
+  end)
+
   it("loses the session when a cell ignores the interrupt, and leaves nothing", function()
     local s = new { grace = 0.5 }
-    local r = exec(s, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", { timeout = 0.3 })
+    -- the interpreter is up: the next cell ignores SIGINT before its timeout comes
+    exec(s, "import signal")
+    local r = exec(s, "signal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", { timeout = 1 })
     assert.are.equal("lost", r.reason)
     assert.is_false(s:alive())
     local r2, err, ecode = s:exec("1")

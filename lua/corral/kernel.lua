@@ -4,9 +4,10 @@
 -- another in one interpreter, so that variables, imports, open files and the work dir last from
 -- one cell to the next. The protocol (docs/sessions.md):
 --
---   host -> kernel, on stdin:   LENGTH "\n" JSON, back to back. {"op": "exec" | "put" | "get" |
---                                "list", "token": HEX, ...}, and {"op": "interrupt"} (at once, by
---                                the reader thread, while a cell runs: SIGINT to itself)
+--   host -> kernel, on stdin:   LENGTH "\n" JSON, back to back. {"op": "exec" | "complete" |
+--                                "put" | "get" | "list", "token": HEX, ...}, and {"op": "interrupt",
+--                                "token": HEX} (at once, by the reader thread: SIGINT to itself
+--                                while that cell runs; a cell not started yet starts interrupted)
 --   kernel -> host, at the end of each request: on stderr "\0" TOKEN "\0", then on stdout
 --                                "\0" TOKEN "\0" LENGTH "\n" JSON
 --
@@ -20,7 +21,7 @@ local M = {}
 
 M.source = [==[
 def _corral_kernel():
-    import ast, base64, builtins, io, json, linecache, os, resource, signal, sys, threading
+    import ast, base64, builtins, codeop, io, json, linecache, os, resource, signal, sys, threading
     import time, traceback, types
 
     req_fd, out_fd, err_fd = os.dup(0), os.dup(1), os.dup(2)
@@ -40,7 +41,7 @@ def _corral_kernel():
     class CellCPUExceeded(Exception):
         """The cell used its CPU seconds."""
 
-    state = {"running": False, "count": 0}
+    state = {"running": False, "count": 0, "token": None, "early": set()}
     main_thread = threading.main_thread().ident
     lock = threading.Lock()
     cond = threading.Condition(lock)
@@ -75,10 +76,14 @@ def _corral_kernel():
                 except ValueError:
                     req = None
             if isinstance(req, dict) and req.get("op") == "interrupt":
+                target = req.get("token")
                 with lock:
-                    if state["running"]:
+                    if state["running"] and target in (None, state["token"]):
                         # to the main thread: a system call it waits in ends (EINTR)
                         signal.pthread_kill(main_thread, signal.SIGINT)
+                    elif target is not None:
+                        # a cell queued behind it and not started yet: it starts interrupted
+                        state["early"].add(target)
                 continue
             with cond:
                 queue.append(req if isinstance(req, dict) else {"op": "eof"})
@@ -187,11 +192,20 @@ def _corral_kernel():
             try:
                 with lock:
                     state["running"] = True
-                tree = ast.parse(code, name, "exec")
+                    state["token"] = req.get("token")
+                    early = state["token"] in state["early"]
+                if early:
+                    raise KeyboardInterrupt
                 last = None
-                if tree.body and isinstance(tree.body[-1], ast.Expr):
-                    last = ast.Expression(tree.body.pop().value)
-                exec(compile(tree, name, "exec"), ns)
+                if req.get("interactive"):
+                    # as Python's REPL runs a statement: sys.displayhook writes each expression
+                    # statement's value to stdout and keeps it as builtins._
+                    exec(compile(code, name, "single"), ns)
+                else:
+                    tree = ast.parse(code, name, "exec")
+                    if tree.body and isinstance(tree.body[-1], ast.Expr):
+                        last = ast.Expression(tree.body.pop().value)
+                    exec(compile(tree, name, "exec"), ns)
                 if last is not None:
                     v = eval(compile(last, name, "eval"), ns)
                     if v is not None:
@@ -200,6 +214,7 @@ def _corral_kernel():
             finally:
                 with lock:
                     state["running"] = False
+                    state["early"].discard(state["token"])
         except SystemExit as e:
             code_ = e.code
             res["status"] = "exit"
@@ -228,6 +243,15 @@ def _corral_kernel():
         res["cpu_s"] = cpu_now() - c0
         res["memory_kb"], res["memory_peak_kb"] = memory()
         return res
+
+    def complete(req):
+        # codeop's answer, as Python's REPL asks it: a code object (complete), None (more lines
+        # to come) or an error (complete: running it shows the error)
+        try:
+            more = codeop.compile_command(str(req.get("source", "")), "<input>", "single") is None
+        except (SyntaxError, OverflowError, ValueError):
+            more = False
+        return {"status": "ok", "complete": not more}
 
     def walk(path, make=False):
         # the directory holding path's last name, reached without following a link; its fd
@@ -341,8 +365,8 @@ def _corral_kernel():
         try:
             if op == "exec":
                 res = run_cell(req)
-            elif op in ("put", "get", "list"):
-                res = {"put": put, "get": get, "list": listing}[op](req)
+            elif op in ("complete", "put", "get", "list"):
+                res = {"complete": complete, "put": put, "get": get, "list": listing}[op](req)
             else:
                 res = {"status": "error", "error": {"type": "ValueError", "message": "unknown op"}}
         except KeyboardInterrupt:

@@ -34,6 +34,7 @@ M.CPU_SECONDS = 600
 M.CELL = {
   timeout = { default = 30, min = 0.001, max = 86400 },
   cpu_seconds = { min = 1, max = 86400 },
+  interactive = { boolean = true },
 }
 -- The largest answer frame a kernel may send (a `get` of a large file, a cell's images).
 local MAX_FRAME = 64 * 1048576
@@ -361,7 +362,7 @@ function Session:_request(msg, timeout, shape, cb)
   msg.token = token
   local body = require("cjson").encode(msg)
   local req = {
-    mark = "\0" .. token .. "\0", t0 = core.hrtime(), frame = "", shape = shape, cb = cb,
+    token = token, mark = "\0" .. token .. "\0", t0 = core.hrtime(), frame = "", shape = shape, cb = cb,
     stdout = { buf = buffer(self.max_output), tail = "" },
     stderr = { buf = buffer(self.max_output), tail = "" },
   }
@@ -378,14 +379,35 @@ function Session:_request(msg, timeout, shape, cb)
   req.timer = core.timer(timeout, function()
     req.timer = nil
     req.timed_out = true
-    -- first an interrupt, which the session survives; then, after the grace, the session
-    self.proc:write('18\n{"op":"interrupt"}')
-    req.timer = core.timer(self.settings.grace, function()
-      req.timer = nil
-      self:_lose("lost")
-    end)
+    self:_interrupt(req)
   end)
   return req
+end
+
+-- An interrupt to request `req`, which the session survives; then, if it has not ended after
+-- the grace, the session is lost.
+function Session:_interrupt(req)
+  if req.timer then req.timer:close() end
+  req.interrupted = true
+  local msg = require("cjson").encode({ op = "interrupt", token = req.token })
+  self.proc:write(#msg .. "\n" .. msg)
+  req.timer = core.timer(self.settings.grace, function()
+    req.timer = nil
+    self:_lose("lost")
+  end)
+end
+
+--- Interrupt the running cell (KeyboardInterrupt in it, as Ctrl-C in Python's REPL): it ends
+-- with reason `interrupted` and the session keeps its state; a cell still running `grace`
+-- seconds later loses the session, as at a timeout.
+-- @return true, or nil, message, code (nothing runs: EIDLE; the session is gone: ESESSION)
+function Session:interrupt()
+  if self.gone or not self.proc then return nil, "ESESSION: the session is gone (" .. tostring(self.gone) .. ")", "ESESSION" end
+  local req = self.busy
+  if not req then return nil, "EIDLE: no request is running", "EIDLE" end
+  -- a second interrupt does not give the cell a new grace
+  if not req.interrupted then self:_interrupt(req) end
+  return true
 end
 
 -- The kernel ended: a request in flight gets what the run's result says.
@@ -431,12 +453,16 @@ end
 function Session:exec_async(code, eopts, cb)
   if type(code) ~= "string" then error("exec: code must be a string, got " .. type(code), 0) end
   eopts = eopts or {}
-  for k in pairs(eopts) do
-    if not M.CELL[k] then error("exec: option '" .. tostring(k) .. "' is not known (timeout, cpu_seconds)", 0) end
+  for k, v in pairs(eopts) do
+    if not M.CELL[k] then error("exec: option '" .. tostring(k) .. "' is not known (timeout, cpu_seconds, interactive)", 0) end
+    if M.CELL[k].boolean and type(v) ~= "boolean" then
+      error("exec: option '" .. k .. "' must be a boolean, got " .. type(v), 0)
+    end
   end
   local timeout = eopts.timeout and check_number("exec", "timeout", eopts.timeout, M.CELL.timeout) or M.CELL.timeout.default
   local cpu = eopts.cpu_seconds and check_number("exec", "cpu_seconds", eopts.cpu_seconds, M.CELL.cpu_seconds)
-  local req, err, ecode = self:_request({ op = "exec", code = code, cpu = cpu }, timeout, cell_result, cb)
+  local req, err, ecode = self:_request({ op = "exec", code = code, cpu = cpu, interactive = eopts.interactive },
+    timeout, cell_result, cb)
   if not req then return nil, err, ecode end
   return true
 end
@@ -464,6 +490,22 @@ local function file_result(_, req, answer, reason)
   if answer.created ~= nil then res.created = answer.created end
   res.stdout, res.stderr = buf_text(req.stdout.buf), buf_text(req.stderr.buf)
   return res
+end
+
+--- Whether `source` is a whole statement, as Python's REPL decides when to stop asking for
+-- lines (codeop.compile_command in the session's interpreter): true when it compiles or is an
+-- error (running it shows the error), false when more lines may complete it.
+-- @return the answer ({ok, complete, stdout, stderr}: output that came between cells with it),
+-- or nil, message, code
+function Session:complete(source)
+  if type(source) ~= "string" then error("complete: source must be a string, got " .. type(source), 0) end
+  return wait_for(self, function(cb)
+    return self:_request({ op = "complete", source = source }, self.settings.grace + 30, function(s, req, answer, reason)
+      local res = file_result(s, req, answer, reason)
+      res.complete = answer.complete
+      return res
+    end, cb)
+  end)
 end
 
 local function check_path(what, path)
