@@ -1,4 +1,4 @@
---- The `corral` command line: run, probe, policies, serve.
+--- The `corral` command line: run, repl, probe, policies, serve.
 -- Exit codes of `corral run`: the program's own code; 124 when it timed out; 128+N when a signal
 -- ended it; 125 when the sandbox itself failed; 2 for a usage error.
 local schema = require "corral.schema"
@@ -15,6 +15,7 @@ Run untrusted Python under hard limits and report exactly what happened.
 
 commands:
   run        run a Python file (or - for stdin) in the sandbox
+  repl       an interactive Python session in the sandbox
   probe      show what this host supports and what a policy will apply
   policies   list the policies corral can load
   options    list the options of a run (flag, JSON field, range, default)
@@ -51,6 +52,26 @@ local OUT_DIR_FLAG = { name = "out_dir", kind = "string", flag = "--out-dir", me
 local RUN_FLAGS = { table.unpack(schema.run) }
 RUN_FLAGS[#RUN_FLAGS + 1] = OUT_DIR_FLAG
 RUN_FLAGS[#RUN_FLAGS + 1] = JSON_FLAG
+-- `corral repl`: the run's flags that make sense for a session (no program file, stdin or
+-- arguments, nothing collected), --timeout per cell, and the session's own settings.
+local function entry(name, over)
+  local e = {}
+  for k, v in pairs(schema.run_by_name[name] or {}) do e[k] = v end
+  for k, v in pairs(over or {}) do e[k] = v end
+  return e
+end
+local REPL_FLAGS = {
+  entry("policy"),
+  entry("timeout", { default = 30, doc = "wall-clock seconds each statement may run before it is interrupted" }),
+  entry("cpu_seconds", { default = 600, doc = "CPU seconds of the whole session" }),
+  entry("memory_mb"), entry("file_mb"), entry("processes"), entry("open_files"),
+  entry("max_output", { doc = "bytes kept per stream of each statement" }),
+  entry("require_network_isolation"), entry("python"), entry("files"),
+  { name = "lifetime", kind = "number", flag = "--lifetime", metavar = "S", default = 3600,
+    doc = "wall-clock seconds the session may live" },
+  { name = "idle_timeout", kind = "number", flag = "--idle-timeout", metavar = "S",
+    default_doc = "the lifetime", doc = "the session ends after this long without a statement" },
+}
 local SERVE_FLAGS = schema.serve
 local PROBE_FLAGS = { schema.run_by_name.policy, JSON_FLAG }
 local POLICIES_FLAGS = { JSON_FLAG }
@@ -65,6 +86,23 @@ options:
 ]] .. schema.help(RUN_FLAGS, HELP_ROW) .. [[
 
 exit status: the program's; 124 timed out; 128+N killed by signal N; 125 the sandbox failed;
+2 usage error.
+]]
+
+USAGE.repl = [[
+usage: corral repl [OPTIONS]
+
+An interactive Python session in the sandbox, with the policy's confinement for its whole life:
+a prompt (>>> , and ... while a statement goes on), each statement's output printed when it
+ends, values as Python's REPL shows them. Lines are read as the terminal gives them (its own
+line editing; no history). Ctrl-C interrupts the running statement (the session keeps its
+state) or clears the line at the prompt; Ctrl-D ends the session.
+
+options:
+]] .. schema.help(REPL_FLAGS, HELP_ROW) .. [[
+
+exit status: 0 at Ctrl-D (end of input); exit(N) or sys.exit(N): N; 124 the lifetime ran out;
+128+N killed by signal N (the CLI's); 125 the sandbox failed or the session ended by a limit;
 2 usage error.
 ]]
 
@@ -414,6 +452,148 @@ local function cmd_run(args)
   return res.returncode & 255
 end
 
+-- The REPL's input: lines from the terminal (or a pipe) read on the loop, so that a signal at
+-- the prompt is seen at once; a regular file is read with blocking reads.
+-- @return next_line(): a line (with its "\n" when it had one), false after an interrupt at the
+-- prompt, or nil at the end of the input; and close()
+local function repl_input(core, state)
+  local lines, partial, ended = {}, "", false
+  local reader = core.reader(0, function(data)
+    if data == nil then
+      ended = true
+      if partial ~= "" then lines[#lines + 1] = partial partial = "" end
+      return
+    end
+    partial = partial .. data
+    for line in partial:gmatch("[^\n]*\n") do lines[#lines + 1] = line end
+    partial = partial:match("[^\n]*$")
+  end)
+  if not reader then
+    return function() return io.stdin:read("L") end, function() end, function() end
+  end
+  local function next_line()
+    while not lines[1] and not ended and not state.cleared and not state.signum do core.run("once") end
+    if state.signum then return nil end
+    if state.cleared then state.cleared = false return false end
+    return table.remove(lines, 1)
+  end
+  -- Ctrl-C: the terminal drops what was typed ahead, and so does the REPL
+  local function drop() lines, partial = {}, "" end
+  return next_line, function() reader:close() end, drop
+end
+
+-- The session's end as an exit status, said on stderr when it is not the program's.
+local function repl_end(sess)
+  local why = sess.gone or "closed"
+  say(io.stderr, "corral repl: the session is gone (" .. why .. ")\n")
+  if why == "lifetime" then return EXIT_TIMEOUT end
+  if why == "signal" and sess.result and sess.result.signal then return 128 + sess.result.signal end
+  return EXIT_SANDBOX
+end
+
+-- The prompt loop: read a statement (more lines while codeop says it goes on), run it, print
+-- what it wrote. @return the exit status
+local function repl_loop(sess, state, next_line, drop, timeout)
+  local source
+  while true do
+    io.stdout:write(source and "... " or ">>> ")
+    io.stdout:flush()
+    local line = next_line()
+    if line == nil then
+      io.stdout:write("\n")
+      return state.signum and 128 + state.signum or 0
+    end
+    if line == false then
+      -- Ctrl-C at the prompt: the statement so far is dropped
+      io.stdout:write("\nKeyboardInterrupt\n")
+      source = nil
+    else
+      line = line:gsub("\r?\n$", "")
+      source = source and (source .. "\n" .. line) or line
+      local c, err = sess:complete(source)
+      if not c then say(io.stderr, "corral repl: " .. tostring(err) .. "\n") return repl_end(sess) end
+      io.stdout:write(c.stdout) io.stderr:write(c.stderr)
+      if state.signum then return 128 + state.signum end
+      if state.cleared then
+        -- Ctrl-C before the statement ran: it does not run
+        state.cleared = false
+        io.stdout:write("\nKeyboardInterrupt\n")
+        source = nil
+      elseif c.complete then
+        local text = source
+        source = nil
+        if text:match("%S") then
+          state.running = true
+          local r, eerr = sess:exec(text, { interactive = true, timeout = timeout })
+          state.running = false
+          if not r then say(io.stderr, "corral repl: " .. tostring(eerr) .. "\n") return repl_end(sess) end
+          if r.reason == "interrupted" then drop() end
+          io.stdout:write(r.stdout)
+          io.stdout:flush()
+          io.stderr:write(r.stderr)
+          if r.truncated then say(io.stderr, "corral: output truncated at " .. sess.max_output .. " bytes per stream\n") end
+          if r.reason == "timeout" then say(io.stderr, "corral: interrupted at its timeout (" .. timeout .. " s)\n") end
+          if r.reason == "exit" then return (r.returncode or 0) & 255 end
+          if state.signum then return 128 + state.signum end
+          if not sess:alive() then return repl_end(sess) end
+        end
+      end
+    end
+  end
+end
+
+local function cmd_repl(args)
+  local opts, status, usage_error = begin("repl", args, REPL_FLAGS)
+  if not opts then return status end
+  if opts.files then
+    local list, ferr = local_files(opts.files)
+    if not list then return usage_error(ferr, "--file") end
+    opts.files = list
+  end
+  local timeout = opts.timeout or 30
+  opts.timeout = nil
+  opts.lifetime = opts.lifetime or 3600
+  -- a person thinks at the prompt: only the lifetime bounds that, unless told
+  opts.idle_timeout = opts.idle_timeout or math.max(1, math.min(opts.lifetime, 7 * 86400))
+  local corral = require "corral"
+  local core = require "corral.core"
+  local session = require "corral.session"
+  if timeout < session.CELL.timeout.min or timeout > session.CELL.timeout.max then
+    return usage_error("--timeout must be in " .. session.CELL.timeout.min .. ".." .. session.CELL.timeout.max
+      .. ", got " .. tostring(timeout), "--timeout")
+  end
+  corral.configure { share_network = false, prestart_launches = false }
+  local ok, sess, err = pcall(session.open, opts)
+  if not ok then corral.close(5) return usage_error(flag_error(sess, REPL_FLAGS)) end
+  if not sess then
+    corral.close(5)
+    say(io.stderr, "corral repl: " .. tostring(err) .. "\n")
+    return EXIT_SANDBOX
+  end
+  local state = { running = false, cleared = false }
+  local next_line, close_input, drop = repl_input(core, state)
+  local function on_signal(n)
+    if n == SIGINT then
+      -- a running statement is interrupted; at the prompt the line is dropped
+      if state.running then sess:interrupt() else state.cleared = true drop() end
+      return
+    end
+    -- SIGTERM, SIGHUP (the terminal closed): the statement is interrupted, the session closed
+    state.signum = state.signum or n
+    if state.running then sess:interrupt() end
+  end
+  local watchers = { core.signal(SIGTERM, on_signal), core.signal(SIGINT, on_signal),
+                     core.signal(SIGHUP, on_signal) }
+  local lok, code = pcall(repl_loop, sess, state, next_line, drop, timeout)
+  close_input()
+  sess:close()
+  local closed, cerr = corral.close(5)
+  if not closed then say(io.stderr, "corral repl: " .. tostring(cerr) .. "\n") end
+  for _, w in ipairs(watchers) do w:close() end
+  if not lok then error(code, 0) end
+  return code
+end
+
 local function yesno(b) return b and "yes" or "no" end
 
 local function cmd_probe(args)
@@ -544,6 +724,7 @@ function M.main(args)
   if cmd == "probe" then return cmd_probe(args) end
   if cmd == "policies" then return cmd_policies(args) end
   if cmd == "serve" then return cmd_serve(args) end
+  if cmd == "repl" then return cmd_repl(args) end
   if cmd == "options" then return cmd_options(args) end
   return usage_reporter(nil, args)("unknown command '" .. cmd .. "'")
 end
