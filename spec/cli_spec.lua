@@ -274,7 +274,7 @@ os.symlink("/etc/passwd", "plots/l.png")
 
   it("runs a warm policy in its warm interpreter, as the server does, and leaves nothing behind", function()
     -- what the program sees: a zygote run's /proc/self/exe is corral-zygote (a cold run's is the
-    -- interpreter) and the policy's preloaded modules are already imported; its cwd names its
+    -- interpreter) and the policy's preloaded modules are already imported; its mounts name its
     -- run directory. `sh -c` says the CLI's pid, which its zygote's --parent-pid names.
     -- dead helpers of a zygote (its spawner), not reaped by it, would be left to pid 1
     local function zombies()
@@ -283,20 +283,21 @@ os.symlink("/etc/passwd", "plots/l.png")
     local zombies_before = zombies()
     local out = H.sh("sh -c 'echo $$; exec " .. H.cli .. " run --json --policy warm " ..
       tmp("import os, sys\nprint(os.path.basename(os.readlink('/proc/self/exe')), 'json' in sys.modules)\n"
-        .. "print(os.getcwd())") .. "'; echo \"<$?>\"")
+        .. "import re\nprint(re.search(r'corral-\\w{6}', open('/proc/self/mountinfo').read()).group(0))") .. "'; echo \"<$?>\"")
     local pid, rest = out:match("^(%d+)\n(.*)$")
     local body, status = split_status(rest)
     assert.are.equal(0, status, body)
     local r = cjson.decode(body)
-    local exe, json_loaded, work = r.stdout:match("^(%S+) (%S+)\n(%S+)\n$")
+    local exe, json_loaded, name = r.stdout:match("^(%S+) (%S+)\n(%S+)\n$")
     assert.are.equal("corral-zygote", exe, r.stdout)
     assert.are.equal("True", json_loaded)
     assert.is_true(r.network_isolated)
     assert.is_truthy(H.has(r.limits, "pid-namespace") and H.has(r.limits, "seccomp"), table.concat(r.limits, " "))
     -- once it has exited: no zygote of it, no run directory
     assert.are.same({}, H.pids_with("--parent-pid " .. pid .. " "))
-    assert.matches("/corral%-%w+/work$", work)
-    assert.is_false(core.exists((work:gsub("/work$", ""))), work)
+    -- (its run directory's name, from the code's mount: the program sees neither at its host path)
+    assert.matches("^corral%-%w+$", name)
+    assert.is_false(core.exists("/dev/shm/" .. name) or core.exists("/tmp/" .. name), name)
     assert.is_true(zombies() <= zombies_before, "the zygote left its spawner unreaped")
   end)
 
@@ -325,20 +326,31 @@ os.symlink("/etc/passwd", "plots/l.png")
         end
         return false
       end
-      -- the program itself, running from its run directory
+      -- the program itself, and its run directory, which its mounts name (the program sees its
+      -- code and work dir at paths of its own)
       local top
       assert.is_true(H.eventually(function()
         core.run("nowait")
-        for _, p in ipairs(H.pids_with("python3 -I -c ")) do
+        for _, p in ipairs(H.pids_with("python3 -I ")) do
           local args = H.sh("tr '\\0' ' ' < /proc/" .. p .. "/cmdline")
-          local dir = args:match("^/usr/bin/python3 %-I %-c .* (/[%w/]+/corral%-%w+)/code/main%.py%s*$")
-          if dir and of_cli(p) then top = dir end
+          local name = args:match("^/usr/bin/python3 %-I ") and of_cli(p)
+            and H.sh("cat /proc/" .. p .. "/mountinfo 2>/dev/null"):match("/(corral%-%w%w%w%w%w%w)/code ")
+          for _, base in ipairs(name and { "/dev/shm/", "/tmp/" } or {}) do
+            if core.exists(base .. name) then top = base .. name end
+          end
         end
         return top ~= nil
       end, 20), "the program did not start: " .. tostring(ended and ended.stderr))
       core.kill(pid, signum)
       assert.is_true(H.eventually(function() core.run("nowait") return ended ~= nil end, 20), "the CLI did not exit")
-      return ended, top, H.pids_with(marker), H.pids_with(top .. "/code/")
+      -- what still runs of the program: a process whose mounts are the run's
+      local programs, name = {}, top:match("[^/]+$")
+      for _, p in ipairs(H.pids_with("python3 -I ")) do
+        if H.sh("cat /proc/" .. p .. "/mountinfo 2>/dev/null"):find("/" .. name .. "/code ", 1, true) then
+          programs[#programs + 1] = p
+        end
+      end
+      return ended, top, H.pids_with(marker), programs
     end
 
     for _, policy in ipairs({ "default", "warm" }) do
