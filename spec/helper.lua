@@ -54,9 +54,8 @@ function H.pids_with(marker)
 end
 
 --- Processes a run may have left: anything running a run's code (its path is in every
--- sandboxed interpreter's argv, forks included: /tmp/corral-XXXXXX/code/... (or under /dev/shm),
--- or /home/code.py
--- under bwrap), any launcher, and (as root) anything owned by a run uid. Found by a scan of every
+-- sandboxed interpreter's argv, forks included: /run/code/... where the run has its own mounts,
+-- else /tmp/corral-XXXXXX/code/... (or under /dev/shm), or /home/code.py under bwrap), any launcher, and (as root) anything owned by a run uid. Found by a scan of every
 -- process, not only our descendants: a setsid escapee is re-parented away from us. Left out: the
 -- processes of another Lua process's runs (a second test session on the machine), those whose
 -- parents lead to another lua5.4 before pid 1 and never to us; an escapee's lead to pid 1 (or a
@@ -97,7 +96,8 @@ function H.stray_processes()
       -- controller keeps it until corral.close(); its program, once it runs, is found here)
       local prestarted = args:find("corral-launch --prestart ", 1, true)
       local runs_code = not prestarted
-        and (args:find("/corral%-%w%w%w%w%w%w/code/") or args:find("/home/code.py", 1, true))
+        and (args:find("/corral%-%w%w%w%w%w%w/code/") or args:find("/home/code.py", 1, true)
+             or args:find(" /run/code/", 1, true))
       -- launchers of this process (another corral on the machine is not ours to judge); not the
       -- holder of its shared network namespace (--hold-net), which lives as long as the process
       local launcher = args:find("corral-launch ", 1, true) and args:find("--parent-pid " .. me .. " ", 1, true)

@@ -295,9 +295,16 @@ describe("sessions of a controller killed with SIGKILL", function()
     os.remove(ready)
     local pid = tonumber((H.sh("lua5.4 " .. script .. " >/dev/null 2>&1 & echo $!")))
     local dirs = {}
+    -- the sessions' processes: their mounts name their run directories (the program sees its
+    -- code and work dir at paths of its own)
     local function procs()
       local n = 0
-      for _, d in ipairs(dirs) do n = n + #H.pids_with(d .. "/") end
+      for _, p in ipairs(H.pids_with("python3")) do
+        local mounts = H.sh("cat /proc/" .. p .. "/mountinfo 2>/dev/null")
+        for _, d in ipairs(dirs) do
+          if mounts:find("/" .. d:match("[^/]+$") .. "/code ", 1, true) then n = n + 1 break end
+        end
+      end
       return n
     end
     -- three sessions, each its kernel and a setsid child
