@@ -23,8 +23,6 @@ return policy.load("default"):extend {
     preload = {
       "json", "re", "collections", "datetime", "decimal", "fractions", "statistics", "csv", "email",
       "math", "itertools", "functools",
-      -- the session kernel's (corral.kernel): a session starts without importing them
-      "ast", "base64", "linecache", "resource", "threading", "traceback", "types",
     },
   },
 }

@@ -57,9 +57,9 @@ end
 -- sandboxed interpreter's argv, forks included: /run/code/... where the run has its own mounts,
 -- else /tmp/corral-XXXXXX/code/... (or under /dev/shm), or /home/code.py under bwrap), any launcher, and (as root) anything owned by a run uid. Found by a scan of every
 -- process, not only our descendants: a setsid escapee is re-parented away from us. Left out: the
--- processes of another Lua process's runs (a second test session on the machine), those whose
--- parents lead to another lua5.4 before pid 1 and never to us; an escapee's lead to pid 1 (or a
--- subreaper) without one.
+-- processes of another test session on the machine, those whose parents lead to another busted
+-- before pid 1 and never to us; an escapee's, and those of a controller a spec started apart
+-- (its parents lead to pid 1), lead there without one.
 function H.stray_processes()
   -- zombies are left out: dead, holding nothing but a pid, and on a machine whose pid 1 does not
   -- reap (a container's), an escapee killed after its run stays one for good
@@ -70,7 +70,7 @@ function H.stray_processes()
     if pid then
       pid = tonumber(pid)
       parent[pid] = tonumber(ppid)
-      is_lua[pid] = args:match("^lua5%.4 ") ~= nil or args:match("^/usr/bin/lua5%.4 ") ~= nil
+      is_lua[pid] = args:find("busted", 1, true) ~= nil and args:find("lua5%.4") ~= nil
       procs[#procs + 1] = { pid = pid, uid = tonumber(uid), stat = stat, args = args }
     end
   end
@@ -132,6 +132,25 @@ function H.snapshot()
   return { fds = fd_set(), dirs = dirs }
 end
 
+-- Whether pid belongs to another test session: its parents lead to another busted before pid 1,
+-- and never to this process.
+local function foreign_pid(pid)
+  local me, other = core.getpid(), false
+  for _ = 1, 64 do
+    if pid == me then return false end
+    if not pid or pid <= 1 then break end
+    local f = io.open("/proc/" .. pid .. "/cmdline", "rb")
+    local args = f and f:read("a") or ""
+    if f then f:close() end
+    if args:find("busted", 1, true) and args:find("lua5.4", 1, true) then other = true end
+    local st = io.open("/proc/" .. pid .. "/stat", "rb")
+    local text = st and st:read("a") or ""
+    if st then st:close() end
+    pid = tonumber(text:match("^%d+ %b() %S+ (%d+)"))
+  end
+  return other
+end
+
 function H.assert_clean(snap)
   -- what a controller keeps between runs is let go of by corral.close(): the launches started
   -- ahead, the run uids (as root)
@@ -150,7 +169,7 @@ function H.assert_clean(snap)
   end
   assert.are.equal("", table.concat(new, ", "), "fds leaked in the host")
   -- new ones only: a stale one from before may be swept meanwhile (by a controller's first run);
-  -- not one another live controller holds the lock of (a second test session's run)
+  -- not one whose lock a live controller of another test session holds
   local holder = {}
   local lf = io.open("/proc/locks", "r")
   for line in (lf and lf:read("a") or ""):gmatch("[^\n]+") do
@@ -162,7 +181,7 @@ function H.assert_clean(snap)
   for _, d in ipairs(H.temp_dirs()) do
     local st = core.lstat(d)
     local by = st and holder[st.ino]
-    if not snap.dirs[d] and not (by and by ~= core.getpid() and core.kill(by, 0)) then
+    if not snap.dirs[d] and not (by and by ~= core.getpid() and core.kill(by, 0) and foreign_pid(by)) then
       left[#left + 1] = d
     end
   end

@@ -513,6 +513,8 @@ describe("a controller killed with SIGKILL", function()
             'package.cpath = "csrc/?.so;" .. package.cpath\n' .. lua)
     f:close()
     local pid = tonumber((H.sh("lua5.4 " .. script .. " >/dev/null 2>&1 & echo $!")))
+    -- killed whatever happens below: a failed wait must not leave it, and its runs, running
+    finally(function() core.kill(pid, 9) end)
     assert.is_true(H.eventually(function() return H.sh(INTERPRETERS) == tostring(n) end, 5),
       "the sandboxed program did not start")
     os.remove(script)

@@ -294,6 +294,8 @@ describe("sessions of a controller killed with SIGKILL", function()
     f:close()
     os.remove(ready)
     local pid = tonumber((H.sh("lua5.4 " .. script .. " >/dev/null 2>&1 & echo $!")))
+    -- the controller is killed whatever happens below: a failed wait must not leave it running
+    finally(function() core.kill(pid, 9) end)
     local dirs = {}
     -- the sessions' processes: their mounts name their run directories (the program sees its
     -- code and work dir at paths of its own)
