@@ -43,16 +43,23 @@ function M.path_problem(path)
   return nil
 end
 
+-- The length of `v`, a table with keys 1..n only (a list), else an error naming the key found.
+-- `kind` says what was expected ("a list", "true or a list").
+local function list_length(what, key, v, kind, level)
+  local n = #v
+  for k in pairs(v) do
+    if math.type(k) ~= "integer" or k < 1 or k > n then
+      fail(what, key, "must be " .. kind .. " (keys 1..n), got a key " .. shown(tostring(k)), level)
+    end
+  end
+  return n
+end
+
 --- Check `files`: a list of {path = string, content = string, mode = integer 0..0777}.
 -- @return the list, each entry a copy with its mode filled in (0644)
 function M.check_files(what, key, v, level)
   if type(v) ~= "table" then fail(what, key, "must be a list of {path, content, mode}, got " .. type(v), level) end
-  local n = #v
-  for k in pairs(v) do
-    if math.type(k) ~= "integer" or k < 1 or k > n then
-      fail(what, key, "must be a list (keys 1..n), got a key " .. shown(tostring(k)), level)
-    end
-  end
+  local n = list_length(what, key, v, "a list", level)
   if n > M.MAX_FILES then fail(what, key, "has " .. n .. " entries, more than " .. M.MAX_FILES, level) end
   local out, seen = {}, {}
   for i = 1, n do
@@ -99,12 +106,7 @@ end
 --- Check `args`: a list of strings without NUL bytes, bounded in count and bytes.
 function M.check_args(what, key, v, level)
   if type(v) ~= "table" then fail(what, key, "must be a list of strings, got " .. type(v), level) end
-  local n, bytes = #v, 0
-  for k in pairs(v) do
-    if math.type(k) ~= "integer" or k < 1 or k > n then
-      fail(what, key, "must be a list (keys 1..n), got a key " .. shown(tostring(k)), level)
-    end
-  end
+  local n, bytes = list_length(what, key, v, "a list", level), 0
   if n > M.MAX_ARGS then fail(what, key, "has " .. n .. " entries, more than " .. M.MAX_ARGS, level) end
   local out = {}
   for i = 1, n do
@@ -123,12 +125,7 @@ end
 function M.check_collect(what, key, v, level)
   if type(v) == "boolean" then return v end
   if type(v) ~= "table" then fail(what, key, "must be true or a list of globs, got " .. type(v), level) end
-  local n = #v
-  for k in pairs(v) do
-    if math.type(k) ~= "integer" or k < 1 or k > n then
-      fail(what, key, "must be true or a list (keys 1..n), got a key " .. shown(tostring(k)), level)
-    end
-  end
+  local n = list_length(what, key, v, "true or a list", level)
   if n == 0 then fail(what, key, "is an empty list: give globs, or true for every file", level) end
   if n > M.MAX_GLOBS then fail(what, key, "has " .. n .. " globs, more than " .. M.MAX_GLOBS, level) end
   local out = {}
