@@ -953,11 +953,22 @@ int budget_check(struct launch *L)
 	bud->next_ms = now_ms() + (bud->cg ? bud->poll_ms : bud->after_ms);
 	return over;
 }
+/* The run cgroup's CPU and peak memory into the highest seen. */
+static void cg_measure(struct budget_state *bud)
+{
+	long long v = cg_key(bud->cg_cpu, "usage_usec");
+
+	if (v >= 0 && (unsigned long long)v > bud->cpu_us)
+		bud->cpu_us = (unsigned long long)v;
+	v = cg_value(bud->cg_peak);
+	if (v >= 0 && (unsigned long long)v / 1024 > bud->peak_kb)
+		bud->peak_kb = (unsigned long long)v / 1024;
+}
+
 
 void budget_finish(struct launch *L, int empty)
 {
 	struct budget_state *bud = &L->bud;
-	long long v;
 
 	if (bud->cg) {
 		long long deadline = now_ms() + CG_END_MS;
@@ -970,12 +981,7 @@ void budget_finish(struct launch *L, int empty)
 			poll(NULL, 0, 5);
 		if (events >= 0)
 			close(events);
-		v = cg_key(bud->cg_cpu, "usage_usec");
-		if (v >= 0 && (unsigned long long)v > bud->cpu_us)
-			bud->cpu_us = (unsigned long long)v;
-		v = cg_value(bud->cg_peak);
-		if (v >= 0 && (unsigned long long)v / 1024 > bud->peak_kb)
-			bud->peak_kb = (unsigned long long)v / 1024;
+		cg_measure(bud);
 		if (bud->mem_limit_kb && cg_key(bud->cg_events, "oom_kill") > 0)
 			report_exceeded(bud, "memory", bud->peak_kb, bud->mem_limit_kb);
 		bud->live_us = 0;
@@ -991,15 +997,9 @@ void budget_finish(struct launch *L, int empty)
 void budget_measure_now(struct launch *L)
 {
 	struct budget_state *bud = &L->bud;
-	long long v;
 
 	if (bud->cg) {
-		v = cg_key(bud->cg_cpu, "usage_usec");
-		if (v >= 0 && (unsigned long long)v > bud->cpu_us)
-			bud->cpu_us = (unsigned long long)v;
-		v = cg_value(bud->cg_peak);
-		if (v >= 0 && (unsigned long long)v / 1024 > bud->peak_kb)
-			bud->peak_kb = (unsigned long long)v / 1024;
+		cg_measure(bud);
 		bud->live_us = 0;       /* usage_usec counts the live processes too */
 	} else if (bud->on) {
 		measure_walk(bud, 1);   /* the CPU; the memory peak is the ticks' (charging
