@@ -194,7 +194,7 @@ function M.open(opts)
   if s then
     spares[key] = nil
     if s.spare_timer then s.spare_timer:close() s.spare_timer = nil end
-    if not s:alive() then s = nil end
+    if not s:alive() then s = nil else s.from_ahead = true end
   end
   local err, ecode
   if not s then
