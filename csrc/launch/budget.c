@@ -52,6 +52,13 @@
  * that cannot be used is "refused cgroup ERRNO DIR (what): how to delegate", and the budgets are
  * polled; with --cgroup-require it is "fatal cgroup" and nothing runs.
  *
+ * A stop of the run (SIGTERM SIGINT SIGHUP: the host's timeout, through the launcher) waits for no
+ * tick. A tick of a large run is long (a PSS read of each of hundreds of processes, on a CPU the
+ * run competes for), and the host kills the supervisor a grace after its stop: the walks take a
+ * stop off the signal queue between two reads (stop_heard), and the tick ends there, its partial
+ * sums dropped. The supervisor's wait then sees budget_stopped(). The init drops a stop from
+ * inside its namespace (si_pid not 0), as its own wait does.
+ *
  * Observations. The walks also keep the most tasks of the run seen at once and the largest
  * address space of one process (field 23 of the same stat); one more walk is made when the
  * program has exited and is not reaped yet (budget_observe_exit), so that a short run that forked
@@ -69,6 +76,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +96,7 @@
 #define WALK_SLOTS 8192         /* pids seen in a tick: open addressing, a power of 2 > 2 * max */
 #define CG_END_MS 1000          /* at the end, how long the run cgroup may take to empty */
 #define CG_NAME_TRIES 8
+#define STOP_EVERY 16           /* tasks read between two looks for a stop */
 
 static void close_fd(int *fd)
 {
@@ -143,6 +152,26 @@ static struct walk {
 	struct seen gen[2][WALK_MAX];   /* gen[g][0..count[g]): the queue of that tick */
 	unsigned short slot[2][WALK_SLOTS];     /* pid hash: index + 1 into gen[g]; 0 empty */
 } W;
+
+/* During a tick: 1 when a stop of the run has come (taken off the queue: the caller's wait will
+ * not see it, budget_stopped() tells). Outside a tick the stop stays queued for that wait. */
+static int stop_heard(struct budget_state *bud)
+{
+	static const struct timespec now = { 0, 0 };
+	sigset_t set;
+	siginfo_t si;
+
+	if (!bud->ticking || bud->stopped)
+		return bud->stopped;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	while (sigtimedwait(&set, &si, &now) > 0)
+		if (!bud->init || si.si_pid == 0)
+			bud->stopped = 1;
+	return bud->stopped;
+}
 
 static size_t pid_hash(pid_t pid)
 {
@@ -335,8 +364,9 @@ static unsigned long long own_unseen(const struct pstat *s, unsigned long long n
 	return s->own < bound ? s->own : bound;
 }
 
-/* One walk of the run, breadth-first from our own children; fills W. */
-static void walk_run(const struct budget_state *bud)
+/* One walk of the run, breadth-first from our own children; fills W. 0, or -1 when a stop cut it
+ * short: W's sums are partial, and the generation walked is not kept. */
+static int walk_run(struct budget_state *bud)
 {
 	int g = !W.cur;
 	size_t i;
@@ -357,6 +387,8 @@ static void walk_run(const struct budget_state *bud)
 		struct seen *e = &W.gen[g][i];
 		const struct seen *before;
 
+		if (i % STOP_EVERY == STOP_EVERY - 1 && stop_heard(bud))
+			return -1;
 		if (read_stat(e->pid, &s) != 0)
 			continue;       /* reaped since it was listed: its times are with its
 					 * reaper */
@@ -390,6 +422,7 @@ static void walk_run(const struct budget_state *bud)
 	}
 	W.count[g] = W.n;
 	W.cur = g;
+	return 0;
 }
 
 static unsigned long long tv_us(const struct timeval *tv)
@@ -416,7 +449,8 @@ static void measure_walk(struct budget_state *bud, int walk)
 	if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
 		reaped = tv_us(&ru.ru_utime) + tv_us(&ru.ru_stime);
 	if (walk) {
-		walk_run(bud);
+		if (walk_run(bud) != 0)
+			return;
 		bud->integral_ticks += W.own_new;
 		bud->live_us = ticks_us(bud, W.full_ticks);
 		if (W.tasks > bud->peak_tasks)
@@ -458,10 +492,10 @@ static long long read_pss_kb(pid_t pid)
  * Over the budget, the run ends at this tick: the sum still goes on to its last process, so that
  * the peak is what the run held, and the init of the run's PID namespace first stops every
  * process of it (they are killed next), so that they hold still meanwhile. */
-static unsigned long long charged_kb(const struct launch *L, unsigned long long rss_kb,
+static unsigned long long charged_kb(struct launch *L, unsigned long long rss_kb,
 				     unsigned long long held_kb)
 {
-	const struct budget_state *bud = &L->bud;
+	struct budget_state *bud = &L->bud;
 	unsigned long long kb = held_kb;
 	int over = 0;
 	size_t i;
@@ -475,6 +509,8 @@ static unsigned long long charged_kb(const struct launch *L, unsigned long long 
 
 		if (!e->read)
 			continue;
+		if (stop_heard(bud))
+			return rss_kb;  /* not charged: the tick ends */
 		pss = read_pss_kb(e->pid);
 		kb += pss >= 0 ? (unsigned long long)pss : e->rss_kb;
 		if (kb > bud->mem_limit_kb && !over && held_is_init(L))
@@ -510,7 +546,11 @@ static int measure_poll(struct launch *L)
 	unsigned long long kb;
 
 	measure_walk(bud, 1);
+	if (bud->stopped)
+		return 0;       /* the run ends on the stop */
 	kb = charged_kb(L, W.pages * bud->page_kb, bud->mem_limit_kb ? held_kb(L) : 0);
+	if (bud->stopped)
+		return 0;
 	if (kb > bud->peak_kb)
 		bud->peak_kb = kb;
 	bud->after_ms = bud->mem_limit_kb ? tick_after(bud, kb) : bud->poll_ms;
@@ -945,14 +985,22 @@ int budget_check(struct launch *L)
 	struct budget_state *bud = &L->bud;
 	int over;
 
-	if (!bud->on || bud->over || now_ms() < bud->next_ms)
+	if (!bud->on || bud->over || bud->stopped || now_ms() < bud->next_ms)
 		return 0;
+	bud->ticking = 1;
 	over = bud->cg ? measure_cgroup(bud) : measure_poll(L);
+	bud->ticking = 0;
 	if (over)
 		cg_kill_now(bud);       /* cgroup mode: the whole run at once, before the sweep */
 	bud->next_ms = now_ms() + (bud->cg ? bud->poll_ms : bud->after_ms);
 	return over;
 }
+
+int budget_stopped(const struct launch *L)
+{
+	return L->bud.stopped;
+}
+
 /* The run cgroup's CPU and peak memory into the highest seen. */
 static void cg_measure(struct budget_state *bud)
 {

@@ -139,6 +139,11 @@ struct budget_state {
 	int end_seen;                   /* the walk at the program's exit was made */
 	unsigned long long peak_tasks;  /* the most tasks of the run in one walk */
 	unsigned long long peak_vm_kb;  /* the largest address space of one process */
+	/* A stop of the run heard during a tick (stop_heard() in budget.c) */
+	int init;               /* 1: we are the init, which takes a stop only from outside the
+				 * namespace (si_pid 0); 0: the launcher, which takes any */
+	int ticking;            /* 1 during a tick, which a stop cuts short */
+	int stopped;            /* 1: a stop was taken off the queue during a tick */
 	/* cgroup mode */
 	int cg;                 /* 1: the run cgroup exists and is in use */
 	int cg_made;            /* 1: it was made (stays set once it is removed) */
@@ -545,6 +550,8 @@ int budget_wait_ms(const struct launch *L);
 /* when the tick is due, measure: 1 when over a budget (the exceeded line is written): end the
  * run */
 int budget_check(struct launch *L);
+/* 1: a stop of the run came during a tick, which took it off the queue: end the run as on it */
+int budget_stopped(const struct launch *L);
 /* the run is over, before status: final measure (no walk of /proc when empty: the caller reaped
  * every process of the run), the run cgroup emptied and removed */
 void budget_finish(struct launch *L, int empty);

@@ -214,6 +214,7 @@ int init_wait(struct launch *L, struct prog *c)
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
+	L->bud.init = 1;
 	for (;;) {
 		/* Every process of the namespace is re-parented to us: reap them all, until the
 		 * program. */
@@ -224,6 +225,8 @@ int init_wait(struct launch *L, struct prog *c)
 			return 0;
 		if (budget_check(L))
 			return 1;
+		if (budget_stopped(L))
+			return 2;       /* heard during the tick */
 		report_flush();
 		ms = budget_wait_ms(L);
 		if (ms >= 0) {
@@ -260,6 +263,7 @@ void init_flush(struct prog *c)
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
 	kill(-1, FLUSH_SIGNAL);
+	kill(-1, SIGCONT);      /* stopped (init_watch): the handler runs once continued */
 	for (;;) {
 		int r;
 
@@ -304,13 +308,16 @@ void init_watch(struct launch *L, struct prog *c, struct outcome *o)
 
 	while (c->errfd >= 0)
 		prog_read(c);
-	/* Stopped or over budget: what the run used so far is reported first (the host may kill us
-	 * during the teardown), the program may flush its output (a stop), then the namespace is
-	 * killed and reaped. The program ended: what is left of the run may flush its output before
-	 * it dies with the namespace. With a budget the rest of the namespace is killed and reaped
-	 * before the report, so that usage and total count it. */
+	/* Stopped or over budget: every process of the namespace stops (kill(-1) reaches all but us,
+	 * atomically against forks), so that none of them competes with us for the CPU; what the
+	 * run used so far is reported (the host may kill us during the teardown), the program may
+	 * flush its output (a stop), then the namespace is killed and reaped. The program ended:
+	 * what is left of the run may flush its output before it dies with the namespace. With a
+	 * budget the rest of the namespace is killed and reaped before the report, so that usage
+	 * and total count it. */
 	why = init_wait(L, c);
 	if (why) {
+		kill(-1, SIGSTOP);
 		prog_report_so_far(L, c);
 		if (why == 2 && flush)
 			init_flush(c);
