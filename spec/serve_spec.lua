@@ -732,6 +732,40 @@ describe("corral serve", function()
       assert.are.equal(200, (http(s, "GET", base .. "out.txt")))
     end)
 
+    it("gives a cell's collected files as a run's: base64, path_b64, links never followed", function()
+      local s = start_server("")
+      local id = open_session(s)
+      local status, _, text, r = exec(s, id, { code = "import os\nopen('a.png', 'wb').write(b'\\x89PNG\\0')\n"
+        .. "open(b'caf\\xe9.png', 'w').write('c')\nos.symlink('/etc/passwd', 'p.png')\nos.mkfifo('f.png')",
+        collect = { "*.png" } })
+      assert.are.equal(200, status, text)
+      assert.are.equal("ok", r.reason, text)
+      assert.are.equal(3, #r.files, text)
+      local f = {}
+      for _, e in ipairs(r.files) do f[e.path] = e end
+      assert.are.equal(b64("\137PNG\0"), f["a.png"].content)
+      assert.are.equal("file", f["a.png"].type)
+      assert.are.equal(5, f["a.png"].size)
+      assert.is_false(f["a.png"].truncated)
+      assert.are.equal(b64("caf\233.png"), f["caf\239\191\189.png"].path_b64, text)
+      assert.are.equal("link", f["p.png"].type)
+      assert.are.equal("/etc/passwd", f["p.png"].target)
+      assert.is_nil(f["p.png"].content)
+      assert.is_nil(r.files_truncated)
+      -- true: this cell's files only; none is an empty list
+      status, _, text, r = exec(s, id, { code = "open('b.txt', 'w').write('b')", collect = true })
+      assert.are.equal(200, status, text)
+      assert.are.equal(1, #r.files, text)
+      assert.are.equal("b.txt", r.files[1].path)
+      status, _, text, r = exec(s, id, { code = "1", collect = true })
+      assert.are.equal(200, status, text)
+      assert.is_truthy(text:find('"files":[]', 1, true), text)
+      -- without collect: no files
+      status, _, text, r = exec(s, id, { code = "1" })
+      assert.are.equal(200, status, text)
+      assert.is_nil(r.files)
+    end)
+
     it("refuses bad session requests with an error naming the field, an unknown id with 404", function()
       local s = start_server("--instance c1")
       local cases = {
@@ -769,6 +803,10 @@ describe("corral serve", function()
         { { code = "1", timeout = 0 }, "invalid_field", "timeout" },
         { { code = "1", cpu_seconds = "1" }, "invalid_field", "cpu_seconds" },
         { { code = "1", memory_mb = 5 }, "unknown_field", "memory_mb" },
+        { { code = "1", collect = "*.png" }, "invalid_field", "collect" },
+        { { code = "1", collect = {} }, "invalid_field", "collect" },
+        { { code = "1", collect = { "../x" } }, "invalid_field", "collect" },
+        { { code = "1", collect = { 1 } }, "invalid_field", "collect" },
       }
       for _, c in ipairs(cells) do
         status, _, text, r = exec(s, id, c[1])

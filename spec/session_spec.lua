@@ -218,7 +218,7 @@ n < 8]])
     local s = new { memory_mb = 512 }
     local r = exec(s, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.figure()\nplt.bar([1], [2])\nNone",
       { timeout = 60 })
-    assert.are.equal("ok", r.reason, r.stderr)
+    assert.are.equal("ok", r.reason, r.stderr .. require("cjson").encode(r.error or {}))
     assert.are.equal(2, #r.images)
     for _, png in ipairs(r.images) do assert.are.equal("\137PNG\r\n\26\n", png:sub(1, 8)) end
     assert.are.equal(0, #exec(s, "1").images)
@@ -273,6 +273,209 @@ n < 8]])
     end
     all(function(i) return "x = " .. i end, function(i, r) assert.are.equal("ok", r.reason, i .. ": " .. r.stderr) end)
     all(function() return "x * 2" end, function(i, r) assert.are.equal(tostring(i * 2), r.value, r.stderr) end)
+  end)
+
+  describe("a cell's collect", function()
+    local policy = require "corral.policy"
+    local function by_path(files)
+      local t = {}
+      for _, f in ipairs(files or {}) do t[f.path] = f end
+      return t
+    end
+    local function paths(files)
+      local t = {}
+      for _, f in ipairs(files or {}) do t[#t + 1] = f.path end
+      return t
+    end
+
+    it("refuses a bad collect with an error naming it", function()
+      local s = new {}
+      for _, c in ipairs({
+        { "*.png", "exec: option 'collect' must be true or a list of globs, got string" },
+        { {}, "exec: option 'collect' is an empty list" },
+        { { "/etc/*" }, "exec: option 'collect' entry 1 %('/etc/%*'%) is absolute" },
+        { { "a/../b" }, "exec: option 'collect' entry 1 %('a/%.%./b'%) has a '%.%.' segment" },
+        { { 5 }, "exec: option 'collect' entry 1 must be a string" },
+        { { x = "*" }, "exec: option 'collect' must be true or a list %(keys 1%.%.n%)" },
+        { { "**/**/**/x" }, "more than two %*%*" },
+      }) do
+        local ok, err = pcall(s.exec, s, "1", { collect = c[1] })
+        assert.is_false(ok)
+        assert.matches(c[2], err)
+      end
+      -- nothing ran, the session is as it was
+      assert.are.equal(1, exec(s, "1").execution_count)
+    end)
+
+    for _, pol in ipairs(policies()) do
+      it("collects by glob, links as links, never a fifo or what a link names (" .. pol .. ")", function()
+        local s = new { policy = pol }
+        local r = exec(s, [[
+import os
+os.makedirs("out/deep/er")
+open("out/a.png", "wb").write(b"\x89PNG")
+open("out/deep/er/b.txt", "w").write("b" * 10)
+open("skip.txt", "w").write("no")
+os.symlink("/etc/shadow", "out/shadow.png")
+os.symlink("/etc", "out/etc")
+os.mkfifo("out/fifo.png")
+os.link("out/a.png", "out/hard.png")
+open(b"out/caf\xe9.png", "w").write("c")
+]], { collect = { "out/*.png", "out/**/*.txt", "out/etc/*" } })
+        assert.are.equal("ok", r.reason, r.stderr .. require("cjson").encode(r.error or {}))
+        assert.are.same({ "out/a.png", "out/caf\233.png", "out/deep/er/b.txt", "out/hard.png", "out/shadow.png" },
+          paths(r.files))
+        local f = by_path(r.files)
+        assert.are.equal("\137PNG", f["out/a.png"].content)
+        assert.are.equal("file", f["out/a.png"].type)
+        assert.is_false(f["out/a.png"].truncated)
+        assert.are.equal("\137PNG", f["out/hard.png"].content)
+        assert.are.equal(("b"):rep(10), f["out/deep/er/b.txt"].content)
+        assert.are.equal("link", f["out/shadow.png"].type)
+        assert.are.equal("/etc/shadow", f["out/shadow.png"].target)
+        assert.is_nil(f["out/shadow.png"].content)
+        assert.is_nil(r.files_truncated)
+        -- a later cell finds them by glob too: a glob is of the work dir, not of the cell
+        r = exec(s, "pass", { collect = { "**/*.txt" } })
+        assert.are.same({ "out/deep/er/b.txt", "skip.txt" }, paths(r.files))
+        -- no collect: no files field
+        assert.is_nil(exec(s, "pass").files)
+      end)
+
+      it("collect = true: what this cell made or changed, not an earlier cell's or a given file (" .. pol .. ")",
+        function()
+        local s = new { policy = pol, files = { { path = "same.txt", content = "s" }, { path = "changed.txt", content = "c" },
+                                                 { path = "moved.txt", content = "m" } } }
+        local r = exec(s, "open('first.txt', 'w').write('1')\nopen('again.txt', 'w').write('a')", { collect = true })
+        assert.are.same({ "again.txt", "first.txt" }, paths(r.files))
+        r = exec(s, [[
+import os
+open("changed.txt", "a").write("+")
+open("again.txt", "a").write("+")
+open("new.txt", "w").write("n")
+os.rename("moved.txt", "moved2.txt")
+os.symlink("same.txt", "link")
+os.mkfifo("fifo")
+os.utime("new.txt", (0, 0))
+]], { collect = true })
+        assert.are.equal("ok", r.reason, r.stderr .. require("cjson").encode(r.error or {}))
+        assert.are.same({ "again.txt", "changed.txt", "link", "moved2.txt", "new.txt" }, paths(r.files))
+        local f = by_path(r.files)
+        assert.are.equal("c+", f["changed.txt"].content)
+        assert.are.equal("a+", f["again.txt"].content)
+        assert.are.equal("m", f["moved2.txt"].content)
+        assert.are.equal("same.txt", f["link"].target)
+        -- a cell that changes nothing: nothing
+        r = exec(s, "x = open('new.txt').read()", { collect = true })
+        assert.are.same({}, r.files)
+        -- a cell that raised still gives its files
+        r = exec(s, "open('err.txt', 'w').write('e')\n1/0", { collect = true })
+        assert.are.equal("error", r.reason)
+        assert.are.same({ "err.txt" }, paths(r.files))
+      end)
+    end
+
+    it("reads a file a background process keeps growing once, up to the caps", function()
+      local s = new { file_mb = 64 }
+      local r = exec(s, [[
+import os, time
+if os.fork() == 0:
+    try:
+        with open("grow.txt", "a") as f:
+            while True:
+                f.write("g" * 4096); f.flush(); time.sleep(0.001)
+    finally:
+        os._exit(0)
+while not os.path.exists("grow.txt") or os.path.getsize("grow.txt") < 9 << 20:
+    time.sleep(0.01)
+]], { collect = { "grow.txt" }, timeout = 60 })
+      assert.are.equal("ok", r.reason, r.stderr .. require("cjson").encode(r.error or {}))
+      local g = r.files[1]
+      assert.are.equal(8 * 1048576, #g.content)
+      assert.is_true(g.truncated)
+      assert.is_true(g.size >= 9 * 1048576)
+      assert.are.equal(("g"):rep(#g.content), g.content)
+      -- and again, while it still grows
+      r = exec(s, "pass", { collect = true })
+      assert.are.equal(8 * 1048576, #by_path(r.files)["grow.txt"].content)
+    end)
+
+    it("keeps to the policy's caps: per file, in all, in count", function()
+      local capped = policy.load("default"):extend { name = "capped", max_files_out = 5, max_file_out_mb = 0.001,
+                                                     max_files_out_mb = 0.003 }
+      local s = new { policy = capped }
+      local r = exec(s, "for i in range(4):\n    open('f%d' % i, 'wb').write(bytes([65 + i]) * 2000)", { collect = { "*" } })
+      assert.are.equal(4, #r.files)
+      local kept = 0
+      for _, f in ipairs(r.files) do
+        assert.are.equal(2000, f.size)
+        assert.is_true(f.truncated)
+        assert.is_true(#f.content <= 1048)
+        kept = kept + #f.content
+      end
+      assert.are.equal(math.floor(0.003 * 1048576), kept)
+      assert.are.same({ "bytes" }, r.files_truncated)
+      r = exec(s, "for i in range(50):\n    open('g%d' % i, 'w').write('x')", { collect = true })
+      assert.are.equal(5, #r.files)
+      assert.are.same({ "files" }, r.files_truncated)
+    end)
+
+    it("as many tiny files as the work dir holds, a huge file, a deep tree", function()
+      local s = new { file_mb = 61, memory_mb = 512 }
+      local r = exec(s, [[
+n = 0
+try:
+    while True:
+        open("t%d" % n, "w").close()
+        n += 1
+except OSError as e:
+    print("stopped", e.errno != 0, n > 1000)
+]], { collect = true, timeout = 60 })
+      assert.are.equal("stopped True True\n", r.stdout)
+      assert.are.equal(100, #r.files)
+      assert.are.same({ "files" }, r.files_truncated)
+      exec(s, "import os\nfor n in os.listdir('.'):\n    os.remove(n)")
+      r = exec(s, "open('huge', 'wb').write(b'h' * (60 << 20))", { collect = { "huge" }, timeout = 60 })
+      assert.are.equal("ok", r.reason, r.stderr .. require("cjson").encode(r.error or {}))
+      local h = r.files[1]
+      assert.are.equal(60 * 1048576, h.size)
+      assert.are.equal(8 * 1048576, #h.content)
+      assert.is_true(h.truncated)
+      r = exec(s, [[
+import os
+os.remove("huge")
+p = "."
+for i in range(100):
+    p = os.path.join(p, "d")
+os.makedirs(p)
+open(os.path.join(p, "leaf"), "w").write("l")
+open(os.path.join("d/d/d", "near"), "w").write("n")
+]], { collect = true })
+      assert.are.equal("ok", r.reason, r.stderr .. require("cjson").encode(r.error or {}))
+      assert.are.equal("n", by_path(r.files)["d/d/d/near"].content)
+      assert.are.same({ "depth" }, r.files_truncated)
+    end)
+
+    it("globs that try every split of a deep tree stop at their cap; the timeout cuts a walk", function()
+      local s = new {}
+      local globs = {}
+      for i = 1, 64 do globs[i] = "**/**/z" .. i end
+      local r = exec(s, [[
+import os
+p = "/".join(["d"] * 60)
+os.makedirs(p)
+for i in range(2000):
+    open(os.path.join(p, "f%d" % i), "w").close()
+]], { collect = globs, timeout = 120 })
+      assert.are.equal("ok", r.reason, r.stderr .. require("cjson").encode(r.error or {}))
+      assert.are.same({}, r.files)
+      assert.are.same({ "scan" }, r.files_truncated)
+      -- a walk longer than the cell's timeout is cut there, and the session lives
+      r = exec(s, "pass", { collect = globs, timeout = 0.05 })
+      assert.are.same({ "interrupted" }, r.files_truncated)
+      assert.are.equal("ok", exec(s, "pass").reason)
+      assert.is_true(s:alive())
+    end)
   end)
 end)
 

@@ -21,7 +21,7 @@ local M = {}
 
 M.source = [==[
 def _corral_kernel():
-    import ast, base64, builtins, codeop, io, json, linecache, os, resource, signal, sys, threading
+    import ast, base64, builtins, codeop, errno, fnmatch, io, json, linecache, os, resource, signal, sys, threading
     import time, traceback, types
 
     req_fd, out_fd, err_fd = os.dup(0), os.dup(1), os.dup(2)
@@ -148,6 +148,7 @@ def _corral_kernel():
             pass
         return out
 
+    CLOCK_COARSE = getattr(time, "CLOCK_REALTIME_COARSE", 5)
     session_cpu = resource.getrlimit(resource.RLIMIT_CPU)[0]
 
     def on_xcpu(signum, frame):
@@ -181,6 +182,15 @@ def _corral_kernel():
         res = {"status": "ok", "execution_count": n, "value": None}
         soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
         t0, c0 = time.monotonic(), cpu_now()
+        # A file's ctime is read from the coarse clock (or a finer one, never behind it): with
+        # collect = true the cell begins at that clock's next tick, so that what changed before
+        # has an older ctime and what the cell makes or changes has this one or a later one.
+        since = time.clock_gettime_ns(CLOCK_COARSE)
+        if req.get("collect") is not None and not req["collect"].get("globs"):
+            tick = since
+            while since == tick:
+                time.sleep(0.0005)
+                since = time.clock_gettime_ns(CLOCK_COARSE)
         give_back_channels()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGXCPU, on_xcpu)
@@ -237,6 +247,20 @@ def _corral_kernel():
             resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
         except (ValueError, OSError):
             pass
+        if req.get("collect") is not None:
+            # interruptible as the cell is: its timeout cuts the walk, not the session
+            try:
+                try:
+                    with lock:
+                        state["running"] = True
+                        late = state["token"] in state["early"]
+                        state["early"].discard(state["token"])
+                    res["files"] = collect(req["collect"], since, late)
+                finally:
+                    with lock:
+                        state["running"] = False
+            except KeyboardInterrupt:
+                pass
         if req.get("images", True):
             res["images"] = images()
         res["wall_s"] = time.monotonic() - t0
@@ -294,18 +318,16 @@ def _corral_kernel():
             os.close(fd)
         return {"status": "ok", "created": created}
 
-    def get(req):
-        d, last = walk(path_of(req))
-        try:
-            fd = os.open(last, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=d)
-        finally:
-            os.close(d)
+    def read_file(d, name, most):
+        # a regular file's stat and its first `most` bytes, opened from its directory without
+        # following a link; (stat, None) when it is not a regular file. `most` is read at most,
+        # whatever the file grows to while it is read.
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=d)
         try:
             st = os.fstat(fd)
             if not (st.st_mode & 0o170000 == 0o100000):
-                return {"status": "error", "error": {"type": "IsADirectoryError" if st.st_mode & 0o040000
-                                                      else "OSError", "message": "not a regular file"}}
-            want = min(st.st_size, req.get("max", 1 << 20))
+                return st, None
+            want = min(st.st_size, most)
             chunks, got = [], 0
             while got < want:
                 b = os.read(fd, min(1 << 20, want - got))
@@ -313,41 +335,215 @@ def _corral_kernel():
                     break
                 chunks.append(b)
                 got += len(b)
-            data = b"".join(chunks)
+            return st, b"".join(chunks)
         finally:
             os.close(fd)
+
+    def get(req):
+        d, last = walk(path_of(req))
+        try:
+            st, data = read_file(d, last, req.get("max", 1 << 20))
+        finally:
+            os.close(d)
+        if data is None:
+            return {"status": "error", "error": {"type": "IsADirectoryError" if st.st_mode & 0o040000
+                                                  else "OSError", "message": "not a regular file"}}
         return {"status": "ok", "size": st.st_size, "mode": st.st_mode & 0o7777,
                 "content_b64": base64.b64encode(data).decode(), "truncated": len(data) < st.st_size}
 
+    # The walk's bounds, as a run's collection has them (csrc/launch/workspace.c); the fds it
+    # keeps open along the path it is in (the session's open_files limit is the program's too).
+    SCAN_MAX, DEPTH_MAX, PATH_MAX, KEEP_FDS = 100000, 64, 4095, 8
+
+    def open_below(d, names, dev):
+        # the directory at names below the directory d, each opened from its parent with
+        # O_NOFOLLOW, on the filesystem dev: its fd
+        d = os.dup(d)
+        try:
+            for n in names:
+                nd = os.open(n, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
+                os.close(d)
+                d = nd
+                if os.fstat(d).st_dev != dev:
+                    raise OSError(errno.EXDEV, "another filesystem")
+        except BaseException:
+            os.close(d)
+            raise
+        return d
+
+    def tree(flags, descend=None):
+        # every entry below the work dir, depth first: (path bytes, name, its directory's fd,
+        # lstat, kind). Never through a link (each name opened from its directory's fd with
+        # O_NOFOLLOW), never onto another filesystem; `descend(path)` says whether a directory
+        # is entered. What cuts it short goes into `flags`: "scan" (SCAN_MAX entries looked at),
+        # "depth" (DEPTH_MAX directories down), "name" (a path over PATH_MAX bytes). A directory
+        # that cannot be opened is not entered. Below KEEP_FDS levels a directory's fd is not
+        # kept while its subdirectories are walked: each is opened again from the deepest fd kept.
+        seen = [0]
+        dev = os.fstat(work_fd).st_dev
+
+        def walk_dir(d, prefix, depth, anchor, below):
+            # d: this directory's fd (closed here); anchor: the deepest fd kept (d itself when
+            # below is empty), below: the names from it to here
+            subs = []
+            try:
+                try:
+                    with os.scandir(d) as it:
+                        entries = []
+                        for e in it:
+                            if seen[0] >= SCAN_MAX:
+                                flags.add("scan")
+                                break
+                            seen[0] += 1
+                            name = prefix + os.fsencode(e.name)
+                            if len(name) > PATH_MAX:
+                                flags.add("name")
+                                continue
+                            try:
+                                st = e.stat(follow_symlinks=False)
+                            except OSError:
+                                continue
+                            if st.st_dev == dev:
+                                entries.append((name, e.name, st))
+                except OSError:
+                    return
+                for name, n, st in entries:
+                    m = st.st_mode & 0o170000
+                    kind = ("directory" if m == 0o040000 else "link" if m == 0o120000 else
+                            "file" if m == 0o100000 else "other")
+                    yield name, n, d, st, kind
+                    if kind == "directory" and not (descend and not descend(name)):
+                        if depth >= DEPTH_MAX:
+                            flags.add("depth")
+                        else:
+                            subs.append((name, n))
+                if below:
+                    # not the anchor: the subdirectories are opened from the anchor
+                    os.close(d)
+                    d = None
+                for name, n in subs:
+                    if seen[0] >= SCAN_MAX:
+                        return
+                    try:
+                        sub = open_below(d if d is not None else anchor, below + [n], dev)
+                    except OSError:
+                        continue
+                    if below:
+                        yield from walk_dir(sub, name + b"/", depth + 1, anchor, below + [n])
+                    elif depth + 1 < KEEP_FDS:
+                        yield from walk_dir(sub, name + b"/", depth + 1, sub, [])
+                    else:
+                        yield from walk_dir(sub, name + b"/", depth + 1, d, [n])
+            finally:
+                if d is not None:
+                    os.close(d)
+
+        d = os.dup(work_fd)
+        return walk_dir(d, b"", 0, d, [])
+
     def listing(req):
         out, left = [], req.get("max", 1000)
-        truncated = False
-        stack = [(os.dup(work_fd), b"")]
-        while stack:
-            d, prefix = stack.pop()
-            try:
-                with os.scandir(d) as it:
-                    for e in it:
-                        if left <= 0:
-                            truncated = True
-                            break
-                        left -= 1
-                        name = prefix + os.fsencode(e.name)
-                        st = e.stat(follow_symlinks=False)
-                        kind = ("directory" if e.is_dir(follow_symlinks=False) else
-                                "link" if e.is_symlink() else
-                                "file" if e.is_file(follow_symlinks=False) else "other")
-                        out.append({"path_b64": base64.b64encode(name).decode(), "type": kind,
-                                    "size": st.st_size})
-                        if kind == "directory" and len(stack) < 64:
-                            try:
-                                sub = os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
-                                stack.append((sub, name + b"/"))
-                            except OSError:
-                                pass
-            finally:
-                os.close(d)
-        return {"status": "ok", "entries": out, "truncated": truncated}
+        flags = set()
+        for name, _, _, st, kind in tree(flags):
+            if left <= 0:
+                flags.add("files")
+                break
+            left -= 1
+            out.append({"path_b64": base64.b64encode(name).decode(), "type": kind, "size": st.st_size})
+        return {"status": "ok", "entries": out, "truncated": bool(flags)}
+
+    # Steps of glob matching a cell's collection may take ("**" tries every split of a path).
+    MATCH_MAX = 1 << 20
+
+    def seg_match(pat, name):
+        # one name against one segment, as fnmatch(3) with FNM_PERIOD: a leading dot is
+        # matched only by a dot
+        if name[:1] == b"." and pat[:1] != b".":
+            return False
+        if pat[:2] == b"[^":
+            pat = b"[!" + pat[2:]
+        return fnmatch.fnmatchcase(name, pat)
+
+    def gmatch(pat, i, path, j, prefix, left):
+        # path[j:] against pat[i:], segment by segment, "**" any number of them; with prefix,
+        # whether a path below the directory path[:j] could match. Each call is a step of left.
+        if left[0] <= 0:
+            return False
+        left[0] -= 1
+        if j == len(path):
+            if prefix:
+                return i < len(pat)
+            while i < len(pat) and pat[i] == b"**":
+                i += 1
+            return i == len(pat)
+        if i == len(pat):
+            return False
+        if pat[i] == b"**":
+            return gmatch(pat, i + 1, path, j, prefix, left) or gmatch(pat, i, path, j + 1, prefix, left)
+        return seg_match(pat[i], path[j]) and gmatch(pat, i + 1, path, j + 1, prefix, left)
+
+    def record(parts, kind, path, size, mode, data):
+        parts.append(b"%s\0%s\0%d\0%o\0%d\0" % (kind, path, size, mode & 0o7777, len(data)))
+        parts.append(data)
+
+    def collect(c, since, late):
+        # The cell's files in the records of a run's collection (docs/internals.md): KIND \0
+        # PATH \0 SIZE \0 MODE \0 STORED \0 and the bytes, then "end" \0 SEEN \0 FLAGS \0.
+        # c: "globs" (base64) or, without them, every file whose ctime is `since` or later:
+        # made or changed during the cell (ctime is the kernel's, which no call sets back);
+        # "files", "file_bytes", "bytes": the policy's caps. late: interrupted before it began.
+        globs = [base64.b64decode(g).split(b"/") for g in c.get("globs") or ()]
+        files_left, bytes_left, per_file = c["files"], c["bytes"], c["file_bytes"]
+        flags, parts, left, seen = set(), [], [MATCH_MAX], 0
+
+        def wanted(path, prefix):
+            if not globs:
+                return True
+            segs = path.split(b"/")
+            return any(gmatch(g, 0, segs, 0, prefix, left) for g in globs)
+
+        walker = tree(flags, lambda p: wanted(p, True))
+        try:
+            if late:
+                raise KeyboardInterrupt
+            for path, name, d, st, kind in walker:
+                seen += 1
+                if left[0] <= 0:
+                    # out of match steps: the walk stops, as at its scan cap
+                    flags.add("scan")
+                    break
+                if kind not in ("file", "link") or not wanted(path, False):
+                    continue
+                if not globs and st.st_ctime_ns < since:
+                    continue
+                if files_left <= 0:
+                    flags.add("files")
+                    break
+                files_left -= 1
+                try:
+                    if kind == "link":
+                        t = os.readlink(os.fsencode(name), dir_fd=d)
+                        record(parts, b"l", path, len(t), st.st_mode, t)
+                        continue
+                    room = bytes_left
+                    fst, data = read_file(d, name, min(per_file, room))
+                    if data is None or fst.st_dev != st.st_dev:
+                        raise OSError(errno.EAGAIN, "not what it was")
+                except OSError as e:
+                    record(parts, b"e", path, st.st_size, st.st_mode,
+                           errno.errorcode.get(e.errno, "EIO").encode())
+                    continue
+                if min(fst.st_size, per_file) > room:
+                    flags.add("bytes")
+                bytes_left -= len(data)
+                record(parts, b"f", path, fst.st_size, fst.st_mode, data)
+        except (KeyboardInterrupt, CellCPUExceeded):
+            # the cell's timeout, or an interrupt, while its files were read: what was read
+            flags.add("interrupted")
+        finally:
+            walker.close()
+        parts.append(b"end\0%d\0%s\0" % (seen, ",".join(sorted(flags)).encode()))
+        return base64.b64encode(b"".join(parts)).decode()
 
     # the reader needs little stack: the address space it does not take is the program's
     threading.stack_size(256 * 1024)

@@ -118,12 +118,10 @@ function M.write_files(run, o)
 end
 
 --- What the launcher collected, read back: the result's `files`, and how the list was cut.
--- At most what the policy's caps let the launcher write: the contents, and a record head (a path
--- and four numbers) per file, and the end record.
+-- At most what the policy's caps let the launcher write (workspace.records_max).
 local function read_collected(pol, run)
   local ws = require "corral.workspace"
-  local caps = ws.caps(pol)
-  local data = core.read_file(run.files_out, caps.out_bytes + (caps.out_files + 1) * (ws.MAX_PATH + 128))
+  local data = core.read_file(run.files_out, ws.records_max(ws.caps(pol)))
   return ws.unpack(data or "")
 end
 

@@ -59,7 +59,7 @@ for _, k in ipairs({ "code", "stdin", "args", "collect", "timeout" }) do M.SESSI
 M.SESSION_FIELDS.lifetime, M.SESSION_FIELDS.idle_timeout = "number", "number"
 
 --- The JSON fields `POST /v1/sessions/{id}/exec` accepts.
-M.EXEC_FIELDS = { code = "string", timeout = "number", cpu_seconds = "number" }
+M.EXEC_FIELDS = { code = "string", timeout = "number", cpu_seconds = "number", collect = "array or boolean" }
 
 local ROUTES = {
   ["/v1/run"] = { POST = "run" },
@@ -1051,7 +1051,8 @@ function Server:_session_request(ctx, start, answer)
   self.session_requests = self.session_requests + 1
 end
 
--- The JSON object of a cell's result (docs/http.md): every key always present.
+-- The JSON object of a cell's result (docs/http.md): every key always present, and `files` and
+-- `files_truncated` (as a run's) when the cell collected files.
 local function cell_object(res)
   local null = cjson.null
   local images = {}
@@ -1062,6 +1063,8 @@ local function cell_object(res)
     value = res.value or null, value_truncated = res.value_truncated or false,
     error = res.error or null, images = images, returncode = res.returncode or null,
     usage = { wall_s = res.usage and res.usage.wall_s or 0, cpu_s = res.usage and res.usage.cpu_s or null },
+    files = res.files and workspace.json_files(res.files) or nil,
+    files_truncated = res.files_truncated,
   }
 end
 
@@ -1076,7 +1079,7 @@ function Server:_handle_session_exec(ctx)
     if res.reason == "shutdown" then
       return self:_error(ctx, reject(503, "shutdown", "the server shut down before the cell ended"))
     end
-    return self:_send(ctx, 200, result.encode(cell_object(res), cjson, { "images" }), nil, res.reason)
+    return self:_send(ctx, 200, result.encode(cell_object(res), cjson, { "images", "files" }), nil, res.reason)
   end)
 end
 

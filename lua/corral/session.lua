@@ -35,6 +35,7 @@ M.CELL = {
   timeout = { default = 30, min = 0.001, max = 86400 },
   cpu_seconds = { min = 1, max = 86400 },
   interactive = { boolean = true },
+  collect = { collect = true },
 }
 -- The largest answer frame a kernel may send (a `get` of a large file, a cell's images).
 local MAX_FRAME = 64 * 1048576
@@ -109,6 +110,8 @@ local function start(run_opts, settings, ahead)
   self.max_output = p.o.max_output
   self.queue_out, self.queue_err = buffer(self.max_output), buffer(self.max_output)
   self.limits_opts = p.o
+  -- a cell's collected files: the policy's caps on a run's
+  self.caps = workspace.caps(p.pol)
   local proc
   proc, err, ecode = runmod.start_cold(p.pol, p.o, p.host, kernel.source, function(res, e, c)
     self:_ended(res, e, c)
@@ -270,23 +273,29 @@ function Session:_output(name, data)
   self:_maybe_done(req)
 end
 
--- The answer frame after the token on stdout: LENGTH "\n" JSON.
+-- The answer frame after the token on stdout: LENGTH "\n" JSON. Its body is kept in pieces and
+-- joined once (a large answer comes in many reads).
 function Session:_frame(req, data)
   if data == "" then return end
-  req.frame = req.frame .. data
   if not req.frame_len then
+    req.frame = req.frame .. data
     local nl = req.frame:find("\n", 1, true)
     if not nl then
       if #req.frame > 20 then return self:_lose("protocol") end
       return
     end
     req.frame_len = tonumber(req.frame:sub(1, nl - 1))
-    if not req.frame_len or req.frame_len > MAX_FRAME then return self:_lose("protocol") end
-    req.frame = req.frame:sub(nl + 1)
+    if not req.frame_len or req.frame_len > (req.max_frame or MAX_FRAME) then return self:_lose("protocol") end
+    data = req.frame:sub(nl + 1)
+    req.frame, req.parts, req.got = nil, {}, 0
   end
-  if #req.frame >= req.frame_len then
-    local extra = req.frame:sub(req.frame_len + 1)
-    req.frame = req.frame:sub(1, req.frame_len)
+  req.parts[#req.parts + 1] = data
+  req.got = req.got + #data
+  if req.got >= req.frame_len then
+    local all = table.concat(req.parts)
+    req.parts = nil
+    req.frame = all:sub(1, req.frame_len)
+    local extra = all:sub(req.frame_len + 1)
     req.frame_done = true
     if extra ~= "" then buf_add(self.queue_out, extra) end
     self:_maybe_done(req)
@@ -351,6 +360,16 @@ local function cell_result(self, req, answer, reason)
     for i, b in ipairs(answer.images) do res.images[i] = core.b64decode(b) end
   end
   if res.reason == "exit" then res.returncode = int(answer.exit_code) or self.returncode end
+  if req.collect then
+    -- the records of a run's collection, bounded again here: the kernel is the program's too
+    local list, info = workspace.unpack(type(answer.files) == "string" and core.b64decode(answer.files) or "")
+    local flags = info.flags
+    if not info.complete then
+      flags = { reason and reason ~= "error" and "lost" or "interrupted" }
+    end
+    res.files, flags = workspace.bound(list, self.caps, flags)
+    res.files_truncated = #flags > 0 and flags or nil
+  end
   return res
 end
 
@@ -448,22 +467,40 @@ local function wait_for(_, begin)
 end
 
 --- Run `code` as the next cell; calls `cb(result)` when it has ended. Options: `timeout` (wall
--- seconds, default 30), `cpu_seconds` (the cell's CPU).
+-- seconds, default 30), `cpu_seconds` (the cell's CPU), `interactive`, `collect` (globs, or true:
+-- the files the cell made or changed; `result.files` as a run's, within the policy's caps).
 -- @return true, or nil, message, code (the session is gone, or busy)
 function Session:exec_async(code, eopts, cb)
   if type(code) ~= "string" then error("exec: code must be a string, got " .. type(code), 0) end
   eopts = eopts or {}
   for k, v in pairs(eopts) do
-    if not M.CELL[k] then error("exec: option '" .. tostring(k) .. "' is not known (timeout, cpu_seconds, interactive)", 0) end
+    if not M.CELL[k] then
+      error("exec: option '" .. tostring(k) .. "' is not known (timeout, cpu_seconds, interactive, collect)", 0)
+    end
     if M.CELL[k].boolean and type(v) ~= "boolean" then
       error("exec: option '" .. k .. "' must be a boolean, got " .. type(v), 0)
     end
   end
   local timeout = eopts.timeout and check_number("exec", "timeout", eopts.timeout, M.CELL.timeout) or M.CELL.timeout.default
   local cpu = eopts.cpu_seconds and check_number("exec", "cpu_seconds", eopts.cpu_seconds, M.CELL.cpu_seconds)
-  local req, err, ecode = self:_request({ op = "exec", code = code, cpu = cpu, interactive = eopts.interactive },
-    timeout, cell_result, cb)
+  local collect = eopts.collect ~= nil and workspace.check_collect("exec", "collect", eopts.collect, 0) or nil
+  local msg = { op = "exec", code = code, cpu = cpu, interactive = eopts.interactive }
+  if collect then
+    local globs
+    if collect ~= true then
+      globs = {}
+      for i, g in ipairs(collect) do globs[i] = B64(g) end
+    end
+    msg.collect = { globs = globs, files = self.caps.out_files, file_bytes = self.caps.out_file_bytes,
+                    bytes = self.caps.out_bytes }
+  end
+  local req, err, ecode = self:_request(msg, timeout, cell_result, cb)
   if not req then return nil, err, ecode end
+  if collect then
+    -- the answer carries the records in base64 besides the rest
+    req.collect = true
+    req.max_frame = MAX_FRAME + (workspace.records_max(self.caps) // 3 + 1) * 4
+  end
   return true
 end
 

@@ -193,7 +193,14 @@ function M.pack(files)
   return parts
 end
 
-local FLAG = { files = "files", bytes = "bytes", scan = "scan", depth = "depth", name = "name" }
+--- The most bytes the records of a collection take within `caps`: the contents, and per entry
+-- a record head (a path and four numbers) and a link's target.
+function M.records_max(caps)
+  return caps.out_bytes + (caps.out_files + 1) * (2 * M.MAX_PATH + 128)
+end
+
+local FLAG = { files = "files", bytes = "bytes", scan = "scan", depth = "depth", name = "name",
+               interrupted = "interrupted" }
 
 --- What corral-launch --collect-to wrote: the entries, and what cut the list short.
 -- @return list of {path, type ("file", "link", "error"), size, mode, content, truncated, target,
@@ -235,6 +242,37 @@ function M.unpack(data)
   end
   table.sort(list, function(a, b) return a.path < b.path end)
   return list, info
+end
+
+--- `list` (M.unpack's) within `caps`, from a producer that is not trusted to keep them (a
+-- session's kernel, which the program can change): an entry whose path is not a relative path
+-- of the work dir, or given twice, is dropped; at most `out_files` entries, `out_file_bytes`
+-- of content each and `out_bytes` in all. `flags` gets what a cap cut ("files", "bytes").
+-- @return the list, and flags
+function M.bound(list, caps, flags)
+  local out, seen, total, have = {}, {}, 0, {}
+  for _, f in ipairs(flags) do have[f] = true end
+  local function flag(f)
+    if not have[f] then have[f] = true flags[#flags + 1] = f end
+  end
+  for _, e in ipairs(list) do
+    if not (M.path_problem(e.path) or seen[e.path]) then
+      if #out >= caps.out_files then flag("files") break end
+      seen[e.path] = true
+      if e.content then
+        local room = math.min(caps.out_file_bytes, caps.out_bytes - total)
+        if #e.content > room then
+          if room < caps.out_file_bytes then flag("bytes") end
+          e.content = e.content:sub(1, room)
+        end
+        if e.size < #e.content then e.size = #e.content end
+        e.truncated = #e.content < e.size
+        total = total + #e.content
+      end
+      out[#out + 1] = e
+    end
+  end
+  return out, flags
 end
 
 --- A result's files for JSON: contents in base64; a path that is not UTF-8 also as its bytes in
