@@ -45,7 +45,9 @@ usage: lua5.4 bench/bench.lua [N] [OPTIONS]
   --serve-seconds S      wrk seconds per server: at concurrency 1 (latency) and again at 2 and
                          at 8 (throughput) (default 5)
   --rss-runs N           runs in the controller RSS series (default 2000; the target is 10000)
-  --only LIST            sections to run, comma-separated: latency,serve,throughput,rss
+  --only LIST            sections to run, comma-separated: latency,serve,throughput,rss,cell
+                         (cell: bare python3 and a session cell, through the library and
+                         through corral serve; latency includes it)
   --json FILE            also write every figure as JSON to FILE
   --doc FILE             also write the page docs/performance.md is (the method and this run's
                          output) to FILE
@@ -53,7 +55,7 @@ usage: lua5.4 bench/bench.lua [N] [OPTIONS]
 ]]
 
 local opt = { runs = 100, throughput_runs = 300, serve_seconds = 5, rss_runs = 2000,
-              only = { latency = true, serve = true, throughput = true, rss = true } }
+              only = { latency = true, serve = true, throughput = true, rss = true, cell = true } }
 do
   local flags = { ["--runs"] = "runs", ["--throughput-runs"] = "throughput_runs",
                   ["--serve-seconds"] = "serve_seconds", ["--rss-runs"] = "rss_runs" }
@@ -71,11 +73,12 @@ do
       elseif a == "--only" then
         opt.only = {}
         for s in v:gmatch("[^,]+") do
-          if not ({ latency = 1, serve = 1, throughput = 1, rss = 1 })[s] then
+          if not ({ latency = 1, serve = 1, throughput = 1, rss = 1, cell = 1 })[s] then
             io.stderr:write("bench: unknown section '", s, "'\n", USAGE) os.exit(2)
           end
           opt.only[s] = true
         end
+        if opt.only.latency then opt.only.cell = true end
       else
         local n = math.tointeger(tonumber(v))
         if not n or n < 1 then io.stderr:write("bench: ", a, " needs a whole number >= 1\n") os.exit(2) end
@@ -317,8 +320,10 @@ if not unshare then say("unshare --net: not available here (that row is left out
 
 local tmpdir = assert(core.mkdtemp("/tmp/corral-bench-XXXXXX"))
 local servers = {}
+-- a session cell through each server (`cell`): targets of wrk as the servers are
+local cells = {}
 local serve_reason
-if not opt.only.serve then
+if not (opt.only.serve or opt.only.cell) then
   serve_reason = "not selected (--only)"
 elseif not WRK then
   serve_reason = "wrk not found (apt-get install wrk)"
@@ -381,6 +386,22 @@ local function wrk_script(pol, dump)
   return path
 end
 
+-- wrk's script that opens a session: one POST /v1/sessions, its id printed, then the thread stops.
+local WRK_OPEN = [==[
+wrk.method = "POST"
+wrk.body = "{}"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer " .. @TOKEN@
+local done_ = false
+function response(status, headers, body)
+  if not done_ then
+    done_ = true
+    io.write("bench status ", status, " id ", body:match('"id":%s*"([^"]+)"') or "-", "\n")
+  end
+  wrk.thread:stop()
+end
+]==]
+
 local function stop_server(s)
   if s.exit then return end
   core.kill(s.pid, 15)                      -- SIGTERM: drain, then exit 0
@@ -420,6 +441,31 @@ local function start_server(pol)
   s.tp = {}                                   -- conc → {requests, seconds, cpu_s}
   s.bad, s.requests = 0, 0
   return s
+end
+
+-- A session opened on server s, and a target of wrk (as a server is) whose requests are a cell
+-- print('hello') in it: POST /v1/sessions/{id}/exec, {"code": ...} on a kept-alive connection.
+-- @return the target, or nil, message
+local function cell_target(s)
+  local path = tmpdir .. "/wrk-open-" .. s.policy .. ".lua"
+  assert(core.write_file(path, (WRK_OPEN:gsub("@TOKEN@", function() return fmt("%q", token) end))))
+  local r, err = spawn_wait(WRK, { "-t1", "-c1", "-d5s", "--timeout", "10s", "-s", path,
+    "http://" .. s.addr .. "/v1/sessions" })
+  if not r then return nil, "wrk: " .. tostring(err) end
+  local status, id = r.stdout:match("bench status (%d+) id (%S+)")
+  if status ~= "201" or id == "-" then
+    return nil, "POST /v1/sessions: " .. tostring(status) .. " " .. (r.stdout .. r.stderr):sub(1, 300)
+  end
+  local c = { policy = s.policy, pid = s.pid, url = "http://" .. s.addr .. "/v1/sessions/" .. id .. "/exec",
+              lat = {}, tp = {}, bad = 0, requests = 0, session = id }
+  local body = cjson.encode { code = HELLO }
+  for _, dump in ipairs { false, true } do
+    local file = tmpdir .. "/wrk-cell-" .. s.policy .. (dump and "-lat" or "") .. ".lua"
+    local text = WRK_SCRIPT:gsub("@(%u+)@", { BODY = fmt("%q", body), TOKEN = fmt("%q", token), DUMP = tostring(dump) })
+    assert(core.write_file(file, text))
+    if dump then c.script_lat = file else c.script = file end
+  end
+  return c
 end
 
 -- Run wrk against server s for `seconds` with `conns` connections; adds to s's counters.
@@ -469,11 +515,22 @@ if not serve_reason then
   end
   for _, s in ipairs(servers) do
     progress("serve %s: listening on %s; warm-up (wrk -c8, 1 s)", s.policy, s.addr)
-    local ok, err = wrk_run(s, 8, 1)
-    if not ok then error("serve " .. s.policy .. " warm-up: " .. err, 0) end
+    if opt.only.serve then
+      local ok, err = wrk_run(s, 8, 1)
+      if not ok then error("serve " .. s.policy .. " warm-up: " .. err, 0) end
+    end
     s.rss_warm = rss_kb(s.pid)
+    if opt.only.cell then
+      local c, err = cell_target(s)
+      if not c then error("serve " .. s.policy .. ": a session: " .. err, 0) end
+      cells[#cells + 1] = c
+    end
   end
 end
+-- what the latency rounds drive with wrk -c1: /v1/run of each server (serve), a cell (cell)
+local wrk_targets = {}
+if opt.only.serve then for _, s in ipairs(servers) do wrk_targets[#wrk_targets + 1] = s end end
+for _, c in ipairs(cells) do wrk_targets[#wrk_targets + 1] = c end
 
 -- 1. Latency -------------------------------------------------------------------------------------
 
@@ -620,8 +677,8 @@ local function files_case(pol)
     return true
   end
 end
+if opt.only.cell then add("bare", "bare python3 -I -c", proc_case({ PY, "-I", "-c", HELLO }, "hello\n")) end
 if opt.only.latency then
-  add("bare", "bare python3 -I -c", proc_case({ PY, "-I", "-c", HELLO }, "hello\n"))
   add("floor", FLOOR_MODS and "floor: fork of a warmed python3 (no corral)"
     or "floor: fork of a python3 (no corral; no warm policy)", floor_case())
   if unshare then
@@ -641,11 +698,6 @@ if opt.only.latency then
   for _, pol in ipairs(POLICIES) do
     if pol ~= "bwrap" then
       add("files_" .. pol, "corral " .. pol .. ", 100 files of 10 KB in and out", files_case(pol))
-    end
-  end
-  for _, pol in ipairs(POLICIES) do
-    if pol ~= "bwrap" then
-      add("cell_" .. pol, "session cell, " .. pol .. " (library)", cell_case(pol))
     end
   end
   if available.warm then add("session_warm", "warm session: open and first cell (library)", session_case("warm")) end
@@ -669,6 +721,14 @@ if opt.only.latency then
     prints_case(require("corral.policy").load("default"):extend { python_args = { "-I", "-u" } }), "print")
 end
 
+if opt.only.cell then
+  for _, pol in ipairs(POLICIES) do
+    if pol ~= "bwrap" then
+      add("cell_" .. pol, "session cell, " .. pol .. " (library)", cell_case(pol))
+    end
+  end
+end
+
 local function timed(c)
   local t0 = hrtime()
   local ok, err, inner = c.fn()
@@ -682,8 +742,8 @@ local function timed(c)
   end
 end
 
--- serve at concurrency 1: one wrk step of 1 s per server at SERVE_STEPS rounds spread evenly
-local SERVE_STEPS = #servers > 0 and opt.serve_seconds or 0
+-- serve at concurrency 1: one wrk step of 1 s per target at SERVE_STEPS rounds spread evenly
+local SERVE_STEPS = #wrk_targets > 0 and opt.serve_seconds or 0
 local rounds = #cases > 0 and opt.runs or SERVE_STEPS
 local serve_at = {}
 for i = 1, SERVE_STEPS do
@@ -693,20 +753,20 @@ end
 
 if #cases > 0 or SERVE_STEPS > 0 then
   progress("latency: %d warm-up rounds, then %d rounds of %d cases%s", #cases > 0 and 3 or 0, rounds, #cases,
-    SERVE_STEPS > 0 and fmt(" and %d steps of wrk -c1 1 s per server", SERVE_STEPS) or "")
+    SERVE_STEPS > 0 and fmt(" and %d steps of wrk -c1 1 s per server and cell", SERVE_STEPS) or "")
   for i = 1, 3 do for _, c in ipairs(cases) do if c.group ~= "print" or i == 1 then c.fn() end end end
-  for _, s in ipairs(servers) do assert(wrk_run(s, 1, 1)) end
+  for _, s in ipairs(wrk_targets) do assert(wrk_run(s, 1, 1)) end
   local t_start = hrtime()
   for r = 1, rounds do
     for _, c in ipairs(cases) do
       if c.group ~= "print" or r % PRINT_EVERY == 0 then timed(c) end
     end
     for _ = 1, serve_at[r] or 0 do
-      for k = 1, #servers do
-        -- alternate which server goes first
-        local s = servers[(r + k) % #servers + 1]
+      for k = 1, #wrk_targets do
+        -- alternate which target goes first
+        local s = wrk_targets[(r + k) % #wrk_targets + 1]
         local good, dur, cpu = wrk_run(s, 1, 1, s.lat)
-        if not good then error("serve " .. s.policy .. ": " .. dur, 0) end
+        if not good then error("serve " .. s.policy .. (s.session and " cell" or "") .. ": " .. dur, 0) end
         tp_add(s, 1, good, dur, cpu)
       end
     end
@@ -716,7 +776,8 @@ end
 
 local stats = {}
 for _, c in ipairs(cases) do stats[c.id] = summary(c.t) end
-for _, s in ipairs(servers) do stats["serve_" .. s.policy] = summary(s.lat) end
+for _, s in ipairs(servers) do stats["serve_" .. s.policy] = opt.only.serve and summary(s.lat) or nil end
+for _, c in ipairs(cells) do stats["serve_cell_" .. c.policy] = summary(c.lat) end
 local bare = stats.bare and stats.bare.median
 local heavy_bare = stats.heavy_bare and stats.heavy_bare.median
 
@@ -733,7 +794,7 @@ local function lat_row(id, label, st, base, fails, first_err, note)
                          ratio = ratio, failed = fails or 0, first_error = first_err }
 end
 
-if #cases > 0 or #servers > 0 then
+if #cases > 0 or #wrk_targets > 0 then
   say("")
   say("latency of print('hello'): %d interleaved rounds after 3 warm-up rounds; ratio = median / bare median",
     #cases > 0 and rounds or 0)
@@ -741,9 +802,13 @@ if #cases > 0 or #servers > 0 then
   for _, c in ipairs(cases) do
     if c.group == "hello" then lat_row(c.id, c.label, stats[c.id], bare, c.fails, c.first_err) end
   end
-  for _, s in ipairs(servers) do
+  for _, s in ipairs(opt.only.serve and servers or {}) do
     lat_row("serve_" .. s.policy, "corral serve --policy " .. s.policy .. " (HTTP, wrk -c1)", stats["serve_" .. s.policy],
       bare, s.bad, s.first_bad)
+  end
+  for _, c in ipairs(cells) do
+    lat_row("serve_cell_" .. c.policy, "session cell, " .. c.policy .. " (corral serve, wrk -c1)",
+      stats["serve_cell_" .. c.policy], bare, c.bad, c.first_bad)
   end
   if serve_reason then say("%-44s not measured: %s", "corral serve", serve_reason) end
   if #cases > 0 then
@@ -841,7 +906,7 @@ if opt.only.throughput then
   end
 end
 
-if #servers > 0 then
+if #servers > 0 and opt.only.serve then
   -- concurrency 1 came from the latency steps; 2 and 8 here, in interleaved steps of 2 s or less
   local steps = math.max(1, opt.serve_seconds // 2)
   local step_s = math.max(1, opt.serve_seconds // steps)
@@ -900,7 +965,7 @@ say("controller RSS (VmRSS of the controller process; its children are not count
 say("  library controller (this process) at idle, before any run: %s", mb(LIB_IDLE_RSS))
 report.rss.library_idle_kb = LIB_IDLE_RSS
 report.rss.serve = {}
-for _, s in ipairs(servers) do
+for _, s in ipairs(opt.only.serve and servers or {}) do
   say("  corral serve --policy %-8s %s at idle, %s after warm-up, %s after %d requests", s.policy, mb(s.rss_idle),
     mb(s.rss_warm), mb(s.rss_end), s.requests)
   report.rss.serve[s.policy] = { idle_kb = s.rss_idle, warm_kb = s.rss_warm, end_kb = s.rss_end, requests = s.requests }
@@ -1046,10 +1111,16 @@ do
   local r = c and bare and c.median / bare
   target("warm session creation (open and first cell) <= 0.2x bare", r and fmt("%.2fx (%.2f ms)", r, c.median * 1000),
     r and r <= 0.2 and not failed_any("session_warm", "bare"), warm_note)
+  -- a cell's round trip through corral serve (HTTP on a kept-alive connection), the library's beside it
+  local sid = stats.serve_cell_warm and "serve_cell_warm" or "serve_cell_default"
+  local sc = stats[sid]
+  local rs = sc and bare and sc.median / bare
+  target("session cell print('hello') <= 0.03x bare (corral serve)", rs and fmt("%.3fx (%.2f ms)", rs, sc.median * 1000),
+    rs and rs <= 0.03 and not failed_any(sid, "bare"), sc and ("policy " .. sid:sub(12)) or serve_reason)
   local cw = stats.cell_warm or stats.cell_default
   local rc = cw and bare and cw.median / bare
   target("session cell print('hello') <= 0.03x bare (library)", rc and fmt("%.3fx (%.2f ms)", rc, cw.median * 1000),
-    rc and rc <= 0.03, "through corral serve: not measured yet")
+    rc and rc <= 0.03)
 end
 do
   -- runs with files take no launch started ahead: against default with prestart = 0

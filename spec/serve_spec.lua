@@ -757,7 +757,7 @@ describe("corral serve", function()
       assert.are.equal(200, status, text)
       assert.are.equal(1, #r.files, text)
       assert.are.equal("b.txt", r.files[1].path)
-      status, _, text, r = exec(s, id, { code = "1", collect = true })
+      status, _, text = exec(s, id, { code = "1", collect = true })
       assert.are.equal(200, status, text)
       assert.is_truthy(text:find('"files":[]', 1, true), text)
       -- without collect: no files
