@@ -395,8 +395,9 @@ while not os.path.exists("grow.txt") or os.path.getsize("grow.txt") < 9 << 20:
       assert.is_true(g.truncated)
       assert.is_true(g.size >= 9 * 1048576)
       assert.are.equal(("g"):rep(#g.content), g.content)
-      -- and again, while it still grows
-      r = exec(s, "pass", { collect = true })
+      -- and again, while it still grows (in this cell: collect = true gives it)
+      r = exec(s, "n = os.path.getsize('grow.txt')\nwhile os.path.getsize('grow.txt') == n:\n    time.sleep(0.01)",
+        { collect = true, timeout = 60 })
       assert.are.equal(8 * 1048576, #by_path(r.files)["grow.txt"].content)
     end)
 
