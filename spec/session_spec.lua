@@ -130,6 +130,23 @@ describe("session", function()
     assert.is_false(s:alive())
   end)
 
+  it("ends a cell at its own CPU seconds and keeps the session; ends the session at the session's", function()
+    local s = new { cpu_seconds = 3 }
+    local r = exec(s, "x = 1\nwhile True: pass", { cpu_seconds = 1, timeout = 30 })
+    assert.are.equal("cpu", r.reason, r.stderr)
+    assert.are.equal("CellCPUExceeded", r.error.type)
+    -- the kernel raises the soft limit a second past it and signals again: nothing of that
+    -- may reach the kernel's own work once the cell has ended
+    r = exec(s, "import time\nt = time.process_time()\nwhile time.process_time() < t + 0.3: pass\nx", { timeout = 30 })
+    assert.are.equal("ok", r.reason, r.stderr)
+    assert.are.equal("1", r.value)
+    assert.is_true(s:alive())
+    r = exec(s, "while True: pass", { timeout = 30 })
+    assert.are.equal("cpu", r.reason, r.stderr)
+    assert.is_false(s:alive())
+    assert.are.equal("cpu", s.gone)
+  end)
+
   it("survives a fork bomb within its process limit, and its close ends every process", function()
     local s = new { processes = 8 }
     local r = exec(s, [[

@@ -149,15 +149,21 @@ def _corral_kernel():
         return out
 
     CLOCK_COARSE = getattr(time, "CLOCK_REALTIME_COARSE", 5)
-    session_cpu = resource.getrlimit(resource.RLIMIT_CPU)[0]
+    # Past RLIMIT_CPU's soft limit the kernel sends SIGXCPU and raises the soft limit by a
+    # second (up to the hard one, then SIGKILL): the soft limit the handler reads is not the one
+    # that fired. cell_cpu holds the cell's own limit while one is set below the session's.
+    cell_cpu = [None]
 
     def on_xcpu(signum, frame):
-        if resource.getrlimit(resource.RLIMIT_CPU)[0] == session_cpu:
-            # the session's own CPU limit, not a cell's: the session ends of it
+        if cell_cpu[0] is None:
+            # the session's own CPU limit: the session ends of it
             flush_std()
             signal.signal(signal.SIGXCPU, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGXCPU)
-        raise CellCPUExceeded("the cell used its CPU seconds")
+        # the cell's: its code stops; one that comes once the cell has ended, in the kernel's
+        # own work before the limit is lifted, is dropped
+        if state["running"]:
+            raise CellCPUExceeded("the cell used its CPU seconds")
 
     def memory():
         # the interpreter's resident memory now, and its peak
@@ -195,8 +201,10 @@ def _corral_kernel():
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGXCPU, on_xcpu)
         if req.get("cpu"):
+            # the cell's limit, when it comes before the session's
             limit = int(c0 + req["cpu"]) + 1
-            if hard == resource.RLIM_INFINITY or limit < hard:
+            if soft == resource.RLIM_INFINITY or limit < soft:
+                cell_cpu[0] = limit
                 resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
         try:
             try:
@@ -243,10 +251,12 @@ def _corral_kernel():
                 sys.stderr.write(res["error"]["traceback"])
             except Exception:
                 pass
-        try:
-            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-        except (ValueError, OSError):
-            pass
+        if cell_cpu[0] is not None:
+            try:
+                resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+            except (ValueError, OSError):
+                pass
+            cell_cpu[0] = None
         if req.get("collect") is not None:
             # interruptible as the cell is: its timeout cuts the walk, not the session
             try:
