@@ -452,6 +452,42 @@ json.mark = 1
     assert.is_truthy(out.runs["1"].stdout:match("^%d+ %[%]\n$"), out.runs["1"].stdout .. out.runs["1"].stderr)
   end)
 
+  it("lets a program's thread call pthread_exit with no fd left to load libgcc_s", function()
+    -- glibc unwinds an exiting thread with libgcc_s, which it dlopens at the first pthread_exit of
+    -- the process and aborts the whole process if it cannot; CPython calls pthread_exit for a
+    -- daemon thread that wakes during finalization. ctypes releases the GIL around the call.
+    local code = [[
+import ctypes, os, threading
+libc = ctypes.CDLL(None)
+status = os.open("/proc/self/status", os.O_RDONLY)
+def threads():
+    return int(os.pread(status, 4096, 0).split(b"\nThreads:")[1].split()[0])
+go = threading.Lock()
+go.acquire()
+def leave():
+    go.acquire()
+    libc.pthread_exit(None)
+threading.Thread(target=leave, daemon=True).start()
+fds = []
+while True:
+    try:
+        fds.append(os.dup(status))
+    except OSError:
+        break
+go.release()
+while threads() > 1:
+    pass
+for fd in fds:
+    os.close(fd)
+print("left", len(fds) > 0)
+]]
+    local p = Z.plan(code)
+    local out = Z.drive({ { op = "ready" }, Z.run_step(1, p.args), { op = "wait" }, { op = "close" } }, zargs())
+    p.close()
+    local r = out.runs["1"]
+    assert.are.equal("left True\n", r.stdout, r.stderr)
+  end)
+
   it("has the preloaded modules in sys.modules before the program starts", function()
     local p = Z.plan("import sys\nprint('json' in sys.modules, 'decimal' in sys.modules)")
     local out = Z.drive({ { op = "ready" }, Z.run_step(1, p.args), { op = "wait" }, { op = "close" } },

@@ -10,10 +10,12 @@
 #include "zygote.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,6 +336,35 @@ static void step_init(void)
 	direct_open(self);
 }
 
+/* 6d. glibc's unwinder, loaded once for every run. pthread_exit (and a cancellation) unwinds the
+ * thread with libgcc_s, which glibc dlopens at the first of them in a process; when that fails it
+ * aborts the whole process. In a run it can fail: the program may have used up its fds or its
+ * address space (CPython calls pthread_exit for a daemon thread that wakes during finalization).
+ * A thread that exits here makes glibc load it now, and its handle is inherited by every fork.
+ * Without libgcc_s on the host nothing is done: a thread's exit aborts everywhere there. */
+static void *exit_at_once(void *arg)
+{
+	pthread_exit(arg);
+}
+
+static void step_unwinder(void)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	int e;
+
+	if (!dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_NODELETE))
+		return;
+	/* a small stack: glibc keeps a joined thread's stack for reuse, and every run inherits it
+	 * in its address space */
+	if (pthread_attr_init(&attr) != 0 || pthread_attr_setstacksize(&attr, 256 * 1024) != 0)
+		failed("cannot set up a thread to load glibc's unwinder");
+	e = pthread_create(&t, &attr, exit_at_once, NULL);
+	pthread_attr_destroy(&attr);
+	if (e != 0 || pthread_join(t, NULL) != 0)
+		failed("cannot start a thread to load glibc's unwinder");
+}
+
 /* 7. (python.c) The interpreter, the preloaded modules. */
 static void step_python(struct strv *lines)
 {
@@ -527,6 +558,7 @@ int main(int argc, char **argv)
 	step_spawner();                 /* 6b. The spawner, which starts the runs' launcher
 					 * (spawner.c); the closer (closer.c) */
 	step_init();                    /* 6c. corral-init, for the direct runs (direct.c) */
+	step_unwinder();                /* 6d. libgcc_s, which a thread's exit needs */
 	step_python(&lines);            /* 7. the interpreter (python.c) */
 	step_check_inherited();         /* 8. one thread, no extra fd */
 	step_signals_read();            /* 9. SIGCHLD, and the ones that end the zygote */
