@@ -23,6 +23,10 @@ return policy.load("default"):extend {
     preload = {
       "json", "re", "collections", "datetime", "decimal", "fractions", "statistics", "csv", "email",
       "math", "itertools", "functools",
+      -- not the session kernel's modules (ast, traceback...): its start would be shorter, but
+      -- a kernel started ahead, the usual case, then answers its cells later (the modules' pages
+      -- are copied from the zygote at their first use in it), and threading alone makes every
+      -- run cost more CPU
     },
   },
 }

@@ -555,6 +555,14 @@ def _corral_kernel():
         parts.append(b"end\0%d\0%s\0" % (seen, ",".join(sorted(flags)).encode()))
         return base64.b64encode(b"".join(parts)).decode()
 
+    # a cell of the kernel's own, run before the first request and forgotten: what is done once
+    # in a process (first calls into the compiler, signal, resource, the measures; memory the
+    # interpreter shares with the process it was forked from, copied at a first write) is done
+    # by then, and the first cell costs what any later one does
+    json.dumps(run_cell({"code": "None", "images": True}))
+    state["count"] = 0
+    linecache.cache.pop("<cell 1>", None)
+
     # the reader needs little stack: the address space it does not take is the program's
     threading.stack_size(256 * 1024)
     threading.Thread(target=reader, daemon=True).start()
