@@ -277,6 +277,24 @@ n < 8]])
     assert.is_true(math.abs(b.expires - b.started - b.settings.lifetime) < 1e-6)
   end)
 
+  it("keeps a kernel ahead for start_ahead's options, replaced when unused, whose first cell is 1", function()
+    local idle = session.SPARE_IDLE
+    session.SPARE_IDLE = 0.5
+    local ok, err = pcall(function()
+      assert.is_true(session.start_ahead({ policy = "warm", memory_mb = 190 }, true))
+      -- a kernel ahead that was not kept would be let go of by now
+      local t0 = core.hrtime()
+      while core.hrtime() - t0 < 1.5 do core.run("once") end
+      local s = new { policy = "warm", memory_mb = 190 }
+      assert.is_true(s.from_ahead)
+      local r = exec(s, "print('hello')")
+      assert.are.same({ "ok", "hello\n", "", 1 }, { r.reason, r.stdout, r.stderr, r.execution_count })
+      assert.are.equal("error", exec(s, "_").reason)
+    end)
+    session.SPARE_IDLE = idle
+    assert(ok, err)
+  end)
+
   it("runs 100 sessions at once, each with its own state", function()
     local list = {}
     for i = 1, 100 do list[i] = new { policy = "warm" } end

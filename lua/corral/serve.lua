@@ -424,6 +424,9 @@ function M.start(config)
     pcall(corral.start, "pass", { policy = self.policy }, function(_, perr)
       if perr then self:_event("warm-up-failed", { message = tostring(perr) }) end
     end)
+    -- and, with sessions, a session kernel of its policy is kept ready: the first POST
+    -- /v1/sessions, as every later one, takes a kernel that has started
+    if c.max_sessions > 0 then pcall(session.start_ahead, { policy = self.spec_of[self.policy] or self.policy }, true) end
   end
   return self
 end

@@ -72,6 +72,9 @@ local function buf_text(b) return table.concat(b.parts) end
 -- kernel is then ready at once. One per key, started when a session of that key opens; let go
 -- of after SPARE_IDLE seconds unused, and by corral.close().
 local spares = {}
+-- keys whose kernel ahead is replaced, not let go of, when unused for SPARE_IDLE (start_ahead's
+-- keep: a server's)
+local kept = {}
 M.SPARE_IDLE = 60
 --- false: no session is started ahead.
 M.spares_enabled = true
@@ -139,6 +142,7 @@ end
 -- is killed and cleaned up once the loop has seen its end. @return them
 function M.let_go_spares()
   local list = {}
+  for key in pairs(kept) do kept[key] = nil end
   for key, s in pairs(spares) do
     spares[key] = nil
     if s.spare_timer then s.spare_timer:close() s.spare_timer = nil end
@@ -163,16 +167,16 @@ local function start_spare(key, run_opts, settings)
   spares[key] = s
   s.spare_timer = core.timer(M.SPARE_IDLE, function()
     s.spare_timer = nil
-    if spares[key] == s then spares[key] = nil s:close_async() end
+    if spares[key] == s then
+      spares[key] = nil
+      s:close_async()
+      if kept[key] then start_spare(key, run_opts, settings) end
+    end
   end)
 end
 
---- Open a session. Options: the run options (corral.schema: policy, memory_mb, cpu_seconds for the
--- whole session, processes, open_files, file_mb, max_output per cell and stream, files, env...)
--- and `lifetime`, `idle_timeout`, `grace`. A session opened with the options of one before it
--- (and no files) takes the kernel started ahead for it.
--- @return the session, or nil, message, code
-function M.open(opts)
+-- The run options and settings of session options `opts` (raises on bad ones), and their key.
+local function prepare(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("session: options must be a table, got " .. type(opts), 0) end
   local run_opts, settings = {}, {}
@@ -192,7 +196,29 @@ function M.open(opts)
   local env = { MPLBACKEND = "Agg" }
   for k, v in pairs(run_opts.env or {}) do env[k] = v end
   run_opts.env = env
-  local key = spare_key(run_opts, settings)
+  return run_opts, settings, spare_key(run_opts, settings)
+end
+
+--- Start a session's kernel ahead for options `opts` now (when sessions are started ahead and
+-- none is for them yet), so that the first `open` with them takes a kernel that is ready: a
+-- server does it at its start. With `keep`, one stays ahead for them: unused for SPARE_IDLE,
+-- it is replaced by a new one instead of let go of (until let_go_spares or corral.close()).
+-- Options with `files` get none.
+-- @return true when one is ahead for them now, false when not; raises on bad options
+function M.start_ahead(opts, keep)
+  local run_opts, settings, key = prepare(opts)
+  if key and keep and M.spares_enabled then kept[key] = true end
+  start_spare(key, run_opts, settings)
+  return key ~= nil and spares[key] ~= nil
+end
+
+--- Open a session. Options: the run options (corral.schema: policy, memory_mb, cpu_seconds for the
+-- whole session, processes, open_files, file_mb, max_output per cell and stream, files, env...)
+-- and `lifetime`, `idle_timeout`, `grace`. A session opened with the options of one before it
+-- (and no files), or of a `start_ahead`, takes the kernel started ahead for them.
+-- @return the session, or nil, message, code
+function M.open(opts)
+  local run_opts, settings, key = prepare(opts)
   local s = key and spares[key]
   if s then
     spares[key] = nil
