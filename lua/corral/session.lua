@@ -39,6 +39,10 @@ M.CELL = {
 }
 -- The largest answer frame a kernel may send (a `get` of a large file, a cell's images).
 local MAX_FRAME = 64 * 1048576
+-- The most values an answer may hold (each figure of a cell's is one, each entry of a list 8).
+local MAX_VALUES = 65536
+-- The longest value a cell gives back, in characters (the kernel's repr is cut there too).
+M.VALUE_MAX = 10000
 local B64 = core.b64encode
 
 local Session = { __name = "corral.Session" }
@@ -310,7 +314,9 @@ function Session:_frame(req, data)
       if #req.frame > 20 then return self:_lose("protocol") end
       return
     end
-    req.frame_len = tonumber(req.frame:sub(1, nl - 1))
+    -- decimal digits only: the program may have written it
+    local digits = req.frame:sub(1, nl - 1)
+    req.frame_len = digits:match("^%d+$") and tonumber(digits)
     if not req.frame_len or req.frame_len > (req.max_frame or MAX_FRAME) then return self:_lose("protocol") end
     data = req.frame:sub(nl + 1)
     req.frame, req.parts, req.got = nil, {}, 0
@@ -328,8 +334,28 @@ function Session:_frame(req, data)
   end
 end
 
+-- Whether the JSON text has at most `most` values: decoded, each is a Lua value (a table for
+-- each array or object), so a frame of small values takes tens of times its bytes. Counted
+-- as the '[', '{', ',' and ':' outside strings (escapes and strings taken out first); text that
+-- is not JSON may be counted wrong, and then fails to decode.
+local function values_at_most(text, most)
+  local n, at = 0, 1
+  while true do
+    at = text:find("[%[{,:]", at)
+    if not at then return true end
+    n = n + 1
+    if n > most then break end
+    at = at + 1
+  end
+  -- more of those bytes than `most`: are they inside strings?
+  local bare = text:gsub("\\.", ""):gsub('"[^"]*"', "")
+  local _, count = bare:gsub("[%[{,:]", "")
+  return count <= most
+end
+
 function Session:_maybe_done(req)
   if not (req.stdout.done and req.stderr.done and req.frame_done) then return end
+  if not values_at_most(req.frame, req.max_values or MAX_VALUES) then return self:_lose("protocol") end
   local ok, answer = pcall(require("cjson").decode, req.frame)
   if not ok or type(answer) ~= "table" then return self:_lose("protocol") end
   self:_finish(req, answer)
@@ -344,16 +370,32 @@ function Session:_finish(req, answer, reason)
     local st = req[name]
     if not st.done and st.tail ~= "" then buf_add(st.buf, st.tail) st.tail = "" end
   end
-  -- sys.exit(): the kernel ends now
   stop_timers(req)
   self:_touch()
   local res = req.shape(self, req, answer or {}, reason)
-  if res.reason == "exit" and not self.gone then self.gone = "exit" end
+  if res.reason == "exit" then
+    -- the session ends with its answer: the program may have written it and go on running
+    if not self.gone then self.gone = "exit" end
+    if self.proc then self.proc:kill() end
+  end
   req.cb(res)
 end
 
--- (lua-cjson decodes every number as a float)
-local function int(v) return type(v) == "number" and math.tointeger(v) or v end
+-- An answer is the kernel's, which the program can rewrite: each field is taken only with its
+-- type and within its cap. (lua-cjson decodes every number as a float.)
+local function int(v) return type(v) == "number" and math.tointeger(v) or nil end
+local function num(v) return type(v) == "number" and v == v and v or nil end
+local function bool(v) return type(v) == "boolean" and v or nil end
+-- A string of at most `bytes` bytes (and `chars` characters), as valid UTF-8 (an invalid byte
+-- as U+FFFD, as in stdout); and whether it was cut.
+local function text(v, bytes, chars)
+  if type(v) ~= "string" then return nil end
+  local cut = #v > bytes
+  if cut then v = v:sub(1, bytes) end
+  v = core.utf8_repair(v)
+  if chars and utf8.len(v) > chars then v, cut = v:sub(1, utf8.offset(v, chars + 1) - 1), true end
+  return v, cut
+end
 
 local function cell_reason(req, answer)
   local s = answer.status
@@ -372,18 +414,24 @@ local function cell_result(self, req, answer, reason)
     stderr = core.utf8_repair(buf_text(err)),
     truncated = out.total > out.cap or err.total > err.cap,
     execution_count = int(answer.execution_count),
-    value = answer.value ~= require("cjson").null and answer.value or nil,
-    value_truncated = answer.value_truncated or nil,
-    usage = { wall_s = core.hrtime() - req.t0, cpu_s = answer.cpu_s, memory_kb = int(answer.memory_kb),
+    usage = { wall_s = core.hrtime() - req.t0, cpu_s = num(answer.cpu_s), memory_kb = int(answer.memory_kb),
               memory_peak_kb = int(answer.memory_peak_kb) },
   }
   res.ok = res.reason == "ok"
-  if type(answer.error) == "table" then
-    res.error = { type = answer.error.type, message = answer.error.message, traceback = answer.error.traceback }
+  -- a repr of at most VALUE_MAX characters (4 bytes each at most)
+  local value, cut = text(answer.value, 4 * M.VALUE_MAX, M.VALUE_MAX)
+  res.value, res.value_truncated = value, value and (cut or bool(answer.value_truncated)) or nil
+  local e = answer.error
+  if type(e) == "table" then
+    -- the traceback is on stderr too: each within max_output, as stderr is
+    local most = math.max(self.max_output, 1000)
+    res.error = { type = text(e.type, 1000), message = text(e.message, most), traceback = text(e.traceback, most) }
   end
   if type(answer.images) == "table" then
     res.images = {}
-    for i, b in ipairs(answer.images) do res.images[i] = core.b64decode(b) end
+    for _, b in ipairs(answer.images) do
+      if type(b) == "string" then res.images[#res.images + 1] = core.b64decode(b) or "" end
+    end
   end
   if res.reason == "exit" then res.returncode = int(answer.exit_code) or self.returncode end
   if req.collect then
@@ -535,22 +583,33 @@ function Session:exec(code, eopts)
   return wait_for(self, function(cb) return self:exec_async(code, eopts, cb) end)
 end
 
-local function file_result(_, req, answer, reason)
+local KINDS = { file = true, directory = true, link = true, other = true }
+
+-- A file request's result: `req.most` bytes of a file, entries of a list at most.
+local function file_result(self, req, answer, reason)
   if reason then return { ok = false, reason = reason } end
   local res = { ok = answer.status == "ok", reason = answer.status == "ok" and "ok" or "error" }
-  if type(answer.error) == "table" then res.error = { type = answer.error.type, message = answer.error.message } end
-  if answer.content_b64 then
-    res.content = core.b64decode(answer.content_b64)
-    res.size, res.mode, res.truncated = int(answer.size), int(answer.mode), answer.truncated
+  local e = answer.error
+  if type(e) == "table" then res.error = { type = text(e.type, 1000), message = text(e.message, math.max(self.max_output, 1000)) } end
+  if type(answer.content_b64) == "string" then
+    local content = core.b64decode(answer.content_b64) or ""
+    local cut = #content > (req.most or 0)
+    if cut then content = content:sub(1, req.most or 0) end
+    res.content, res.mode = content, int(answer.mode)
+    res.size = math.max(int(answer.size) or 0, #content)
+    res.truncated = cut or bool(answer.truncated) or res.size > #content
   end
   if type(answer.entries) == "table" then
-    res.entries = {}
-    for i, e in ipairs(answer.entries) do
-      res.entries[i] = { path = core.b64decode(e.path_b64), type = e.type, size = int(e.size) }
+    res.entries, res.truncated = {}, bool(answer.truncated) or false
+    for _, en in ipairs(answer.entries) do
+      if #res.entries >= (req.most or 0) then res.truncated = true break end
+      if type(en) == "table" and type(en.path_b64) == "string" then
+        res.entries[#res.entries + 1] = { path = core.b64decode(en.path_b64) or "",
+          type = KINDS[en.type] and en.type or "other", size = int(en.size) }
+      end
     end
-    res.truncated = answer.truncated
   end
-  if answer.created ~= nil then res.created = answer.created end
+  res.created = bool(answer.created)
   res.stdout, res.stderr = buf_text(req.stdout.buf), buf_text(req.stderr.buf)
   return res
 end
@@ -565,7 +624,7 @@ function Session:complete(source)
   return wait_for(self, function(cb)
     return self:_request({ op = "complete", source = source }, self.settings.grace + 30, function(s, req, answer, reason)
       local res = file_result(s, req, answer, reason)
-      res.complete = answer.complete
+      res.complete = bool(answer.complete)
       return res
     end, cb)
   end)
@@ -602,9 +661,11 @@ end
 -- @return true, or nil, message, code (the session is gone, or busy)
 function Session:get_async(path, max, cb)
   check_path("get", path)
-  local req, err, ecode = self:_request({ op = "get", path_b64 = B64(path), max = max or 16 * 1048576 },
+  max = max or 16 * 1048576
+  local req, err, ecode = self:_request({ op = "get", path_b64 = B64(path), max = max },
     file_timeout(self), file_result, cb)
   if not req then return nil, err, ecode end
+  req.most = max
   return true
 end
 
@@ -617,8 +678,11 @@ end
 -- from the loop.
 -- @return true, or nil, message, code (the session is gone, or busy)
 function Session:list_async(max, cb)
-  local req, err, ecode = self:_request({ op = "list", max = max or 1000 }, file_timeout(self), file_result, cb)
+  max = max or 1000
+  local req, err, ecode = self:_request({ op = "list", max = max }, file_timeout(self), file_result, cb)
   if not req then return nil, err, ecode end
+  -- each entry is 8 values of its answer's JSON at most
+  req.most, req.max_values = max, MAX_VALUES + 8 * max
   return true
 end
 
