@@ -185,6 +185,20 @@ threading.Thread(target=flood, daemon=True).start()]]))
       assert.is_true(r.truncated)
     end
   end)
+
+  it("keeps at most MAX_SPARES kernels ahead, whatever options each session asks for", function()
+    local me = core.getpid()
+    for i = 1, session.MAX_SPARES + 3 do
+      local s = assert(session.open { idle_timeout = 100 + i })
+      s:close()
+    end
+    local n = 0
+    for _, pid in ipairs(H.pids_with("--parent-pid " .. me .. " ")) do
+      local cmd = H.try_read("/proc/" .. pid .. "/cmdline") or ""
+      if not cmd:find("\0--prestart\0", 1, true) then n = n + 1 end
+    end
+    assert.is_true(n <= session.MAX_SPARES, n .. " kernels kept ahead")
+  end)
 end)
 
 describe("sessions of corral serve under attack", function()

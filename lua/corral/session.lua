@@ -74,12 +74,15 @@ local function buf_text(b) return table.concat(b.parts) end
 
 -- A session started ahead for the next open with the same options, by their key: a warm
 -- kernel is then ready at once. One per key, started when a session of that key opens; let go
--- of after SPARE_IDLE seconds unused, and by corral.close().
+-- of after SPARE_IDLE seconds unused, and by corral.close(). At most MAX_SPARES in all (the
+-- oldest is let go of for a new one): each is a kernel, and a caller may ask for new options
+-- at every open.
 local spares = {}
 -- keys whose kernel ahead is replaced, not let go of, when unused for SPARE_IDLE (start_ahead's
 -- keep: a server's)
 local kept = {}
 M.SPARE_IDLE = 60
+M.MAX_SPARES = 4
 --- false: no session is started ahead.
 M.spares_enabled = true
 
@@ -166,8 +169,26 @@ end
 
 local function start_spare(key, run_opts, settings)
   if not (key and M.spares_enabled) or spares[key] then return end
+  local n, oldest = 0, nil
+  -- the oldest goes, one kept for a server last
+  local function before(k, o)
+    local ok_, kb = kept[k] or false, kept[oldest] or false
+    if ok_ ~= kb then return kb end
+    return o.ahead_since < spares[oldest].ahead_since
+  end
+  for k, o in pairs(spares) do
+    n = n + 1
+    if not oldest or before(k, o) then oldest = k end
+  end
+  if n >= M.MAX_SPARES then
+    local o = spares[oldest]
+    spares[oldest] = nil
+    if o.spare_timer then o.spare_timer:close() o.spare_timer = nil end
+    o:close_async()
+  end
   local s = start(run_opts, settings, true)
   if not s then return end
+  s.ahead_since = core.hrtime()
   spares[key] = s
   s.spare_timer = core.timer(M.SPARE_IDLE, function()
     s.spare_timer = nil
