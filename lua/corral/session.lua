@@ -406,7 +406,7 @@ end
 -- type and within its cap. (lua-cjson decodes every number as a float.)
 local function int(v) return type(v) == "number" and math.tointeger(v) or nil end
 local function num(v) return type(v) == "number" and v == v and v or nil end
-local function bool(v) return type(v) == "boolean" and v or nil end
+local function bool(v) if type(v) == "boolean" then return v end return nil end
 -- A string of at most `bytes` bytes (and `chars` characters), as valid UTF-8 (an invalid byte
 -- as U+FFFD, as in stdout); and whether it was cut.
 local function text(v, bytes, chars)
