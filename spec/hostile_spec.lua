@@ -284,29 +284,8 @@ local function start_case(case, prefix, done)
   return ctx
 end
 
---- Run `list` with at most `concurrency` cases at a time; returns outcomes by case name.
 local function run_cases(list, prefix, concurrency)
-  local outcomes, running, next_i = {}, 0, 1
-  local function start_more()
-    while running < concurrency and next_i <= #list do
-      local case = list[next_i]
-      next_i = next_i + 1
-      running = running + 1
-      local t0 = core.hrtime()
-      start_case(case, prefix, function(o)
-        o.wall = core.hrtime() - t0
-        outcomes[case.name] = o
-        running = running - 1
-        start_more()
-      end)
-    end
-  end
-  start_more()
-  while running > 0 do
-    core.run("once")        -- returns at once when nothing else is running
-    S.retry_waiting()
-  end
-  return outcomes
+  return S.run_cases(list, start_case, prefix, concurrency)
 end
 
 -- A zygote that takes the spawner path for every run: a copy of corral-zygote in a directory

@@ -1,6 +1,7 @@
---- Machinery shared by the hostile-program suite (spec/hostile_spec.lua) and its child
--- controller (spec/hostile/controller.lua): markers, the scatter prologue, the inspector program,
--- the policy variants with the per-run checks hooked in, host-side scans.
+--- Machinery shared by the hostile-program suite (spec/hostile_spec.lua), its child controller
+-- (spec/hostile/controller.lua) and the same programs as session cells
+-- (spec/hostile_session_spec.lua): markers, the scatter prologue, the inspector program, the
+-- policy variants with the per-run checks hooked in, host-side scans, the runner's loop.
 --
 -- Markers. Each case gets a unique marker, `<prefix>m<NNN>z`; everything a hostile program
 -- tries to leave behind carries it in its name (files, directories, sockets, IPC keys, kernel
@@ -381,6 +382,32 @@ function S.retry_waiting()
   local now = S.waiting
   S.waiting = {}
   for _, retry in ipairs(now) do retry() end
+end
+
+--- Run `list` with at most `concurrency` cases at a time, each by `start_case(case, prefix,
+-- done)`, which calls done(outcome) when all of the case is over; returns outcomes by case name.
+function S.run_cases(list, start_case, prefix, concurrency)
+  local outcomes, running, next_i = {}, 0, 1
+  local function start_more()
+    while running < concurrency and next_i <= #list do
+      local case = list[next_i]
+      next_i = next_i + 1
+      running = running + 1
+      local t0 = core.hrtime()
+      start_case(case, prefix, function(o)
+        o.wall = core.hrtime() - t0
+        outcomes[case.name] = o
+        running = running - 1
+        start_more()
+      end)
+    end
+  end
+  start_more()
+  while running > 0 do
+    core.run("once")        -- returns at once when nothing else is running
+    S.retry_waiting()
+  end
+  return outcomes
 end
 
 --- Start the inspector for a finished case (`o.sink`: its run's), pinned to the case's uid as
