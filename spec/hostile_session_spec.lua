@@ -25,7 +25,7 @@ local H = require "helper"
 local S = require "hostile.support"
 
 local CONCURRENCY = 4
-local SLACK = 0.5           -- a cell must return within its timeout + GRACE + SLACK
+local SLACK = S.SLACK       -- a cell must return within its timeout + GRACE + SLACK
 local GRACE = 1             -- each session's grace
 local DEFAULT_TIMEOUT = 5   -- the hostile suite's default (the default policy's)
 

@@ -1,7 +1,7 @@
 -- The hostile-program suite: every case of spec/hostile/*.lua (the machinery is in
 -- spec/hostile/support.lua), run a few at a time on one loop. Besides its own
 -- expectation, every case is checked for:
---   1. time: the run returned within its timeout + 0.5 s;
+--   1. time: the run returned within its timeout + S.SLACK;
 --   2. survivors: no process of the run is alive when it has ended (its code dir or marker in
 --      argv, or, as root, its uid), looked up before its clean-up;
 --   3. host leaks: nothing named with its marker in /tmp, /var/tmp, /dev/shm, $HOME, the tree or
@@ -42,7 +42,7 @@ local S = require "hostile.support"
 local paths = require "corral.paths"
 
 local CONCURRENCY = 4
-local SLACK = 0.5           -- a run must return within its timeout + SLACK
+local SLACK = S.SLACK       -- a run must return within its timeout + SLACK
 local DEFAULT_TIMEOUT = 5   -- the default policy's
 
 local tree = assert(core.realpath("."))

@@ -13,6 +13,11 @@ local policy = require "corral.policy"
 
 local S = {}
 
+-- A run (or cell) must return within its timeout + SLACK: a case that would hold the result
+-- holds it for 30 s or more (a sleeping escapee, an open pipe), and on a busy machine the end of
+-- a run (the kill, the last reads, the clean-up) takes a second or two of its own.
+S.SLACK = 3
+
 S.PY = "/usr/bin/python3"       -- host-side helpers: never a pyenv shim from the caller's PATH
 S.LUA = "lua5.4"
 
