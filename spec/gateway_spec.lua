@@ -64,11 +64,11 @@ local function start_nginx(dir, name, subst)
   local out, status = H.sh(NGINX .. " -t -p " .. dir .. " -c " .. dir .. "/nginx.conf")
   assert.are.equal(0, status, out)
   H.sh(NGINX .. " -p " .. dir .. " -c " .. dir .. "/nginx.conf")
-  assert.is_true(H.eventually(function() return core.exists(dir .. "/nginx.pid") end, 3), "nginx did not start")
+  assert.is_true(H.eventually(function() return core.exists(dir .. "/nginx.pid") end, 10), "nginx did not start")
   return function()
     local pid = tonumber(read(dir .. "/nginx.pid"))
     if pid then core.kill(pid, 15) end
-    H.eventually(function() return not core.exists(dir .. "/nginx.pid") end, 3)
+    H.eventually(function() return not core.exists(dir .. "/nginx.pid") end, 10)
   end
 end
 

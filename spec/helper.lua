@@ -203,9 +203,10 @@ function H.sweep_dead_run_dirs(snap)
   end
 end
 
---- Wait until `pred()` holds or `seconds` pass; returns whether it held.
+--- Wait until `pred()` holds or `seconds` pass (default 10: it returns as soon as it holds, and
+-- a busy machine may take seconds to kill and reap what a spec waits on); returns whether it held.
 function H.eventually(pred, seconds)
-  local deadline = core.hrtime() + (seconds or 2)
+  local deadline = core.hrtime() + (seconds or 10)
   repeat
     if pred() then return true end
     H.sh("sleep 0.05")

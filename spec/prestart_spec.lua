@@ -216,7 +216,7 @@ describe("prestarted launches", function()
       .. "for i = 1, 3 do io.write(c.run_python(\"print(1)\").stdout) end'")
     assert.are.equal("1\n1\n1", out)
     -- its waiting launch died with it (PR_SET_PDEATHSIG), and its directory went with its Lua state
-    assert.is_true(H.eventually(function() return #H.pids_with("corral-launch --prestart ") == 0 end, 3))
+    assert.is_true(H.eventually(function() return #H.pids_with("corral-launch --prestart ") == 0 end, 10))
   end)
 
   -- A controller whose Lua state closes (its script ends, os.exit(code, true)) with a run in

@@ -434,7 +434,7 @@ describe("corral serve", function()
       .. curl_line(s, "/v1/run", slow, outs[2]) .. " & sleep 0.2; "
       .. curl_line(s, "/v1/run", slow, outs[3]) .. " & wait")
     -- while they run: one in flight, one queued
-    H.eventually(function() return (read(outs[3]) or "") ~= "" end, 3)
+    H.eventually(function() return (read(outs[3]) or "") ~= "" end, 10)
     local _, _, text = http(s, "GET", "/metrics")
     assert.are.equal(1, metric(text, "corral_in_flight"), text)
     assert.are.equal(1, metric(text, "corral_queue_depth"), text)
@@ -475,8 +475,8 @@ describe("corral serve", function()
     local done = background(curl_line(s, "/v1/run", json { code = "import time; time.sleep(10)", timeout = 20 }, dir .. "/a", "--max-time 1") .. " & sleep 0.1; "
       .. curl_line(s, "/v1/run", json { code = "print('never')", timeout = 5 }, dir .. "/b", "--max-time 0.3")
       .. " & wait")
-    assert.is_true(H.eventually(function() return #launchers_of(s) > 0 end, 3), "the run did not start")
-    assert.is_true(H.eventually(function() return core.exists(done) end, 3))
+    assert.is_true(H.eventually(function() return #launchers_of(s) > 0 end, 10), "the run did not start")
+    assert.is_true(H.eventually(function() return core.exists(done) end, 10))
     -- the run is killed: nothing of it survives, and the launcher is gone
     assert.is_true(H.eventually(function()
       return #H.stray_processes() == 0 and #launchers_of(s) == 0
@@ -501,9 +501,9 @@ describe("corral serve", function()
     local out = dir .. "/a"
     local done = background(curl_line(s, "/v1/run", json { code = "import time; time.sleep(1); print('finished')",
       timeout = 5 }, out))
-    assert.is_true(H.eventually(function() return #launchers_of(s) > 0 end, 3), "the run did not start")
+    assert.is_true(H.eventually(function() return #launchers_of(s) > 0 end, 10), "the run did not start")
     core.kill(s.pid, 15)
-    H.eventually(function() return (read(s.log) or ""):find("draining", 1, true) ~= nil end, 2)
+    H.eventually(function() return (read(s.log) or ""):find("draining", 1, true) ~= nil end, 10)
     local status, _, _, _, rc = http(s, "GET", "/healthz")
     assert.are.equal(0, status)
     assert.are.equal(7, rc) -- curl: failed to connect
@@ -519,10 +519,10 @@ describe("corral serve", function()
     local s = start_server("--drain-seconds 0.3")
     local out = dir .. "/a"
     local done = background(curl_line(s, "/v1/run", json { code = "import time; time.sleep(20)", timeout = 30 }, out))
-    assert.is_true(H.eventually(function() return #launchers_of(s) > 0 end, 3), "the run did not start")
+    assert.is_true(H.eventually(function() return #launchers_of(s) > 0 end, 10), "the run did not start")
     core.kill(s.pid, 15)
     assert.are.equal(0, exit_status(s, 5), read(s.log))
-    assert.is_true(H.eventually(function() return core.exists(done) end, 3))
+    assert.is_true(H.eventually(function() return core.exists(done) end, 10))
     local resp = read(out)
     assert.is_truthy(resp:match("^HTTP/1%.1 503"), resp)
     assert.is_truthy(resp:find('"code":"shutdown"', 1, true), resp)
@@ -591,13 +591,13 @@ describe("corral serve", function()
     -- the program and a setsid escapee it forked
     local done = background(curl_line(s, "/v1/run", json { code = "import os, time\nif os.fork() == 0:\n os.setsid()\n"
       .. "time.sleep(30)", timeout = 30 }, dir .. "/a"))
-    assert.is_true(H.eventually(function() return #H.stray_processes() >= 2 end, 3), "the run did not start")
+    assert.is_true(H.eventually(function() return #H.stray_processes() >= 2 end, 10), "the run did not start")
     local run_dirs = H.temp_dirs()
     core.kill(s.pid, 9)
     assert.is_true(H.eventually(function()
       return #launchers_of(s) == 0 and #H.stray_processes() == 0
     end, 5), "a sandboxed process outlived its server")
-    assert.is_true(H.eventually(function() return core.exists(done) end, 3))
+    assert.is_true(H.eventually(function() return core.exists(done) end, 10))
     -- the run's directory stays (its controller died before it could remove it); its lock is
     -- free, so the next controller's sweep takes it: do that here
     for _, d in ipairs(run_dirs) do

@@ -81,7 +81,7 @@ end
 local function leftovers() return #marked() end
 
 local function assert_no_leftovers()
-  assert.is_true(H.eventually(function() return leftovers() == 0 end, 3),
+  assert.is_true(H.eventually(function() return leftovers() == 0 end, 10),
     "processes of the zygote left: " .. table.concat(marked(), " "))
 end
 
@@ -916,7 +916,7 @@ print('found in', found)
     pipe:close()
     os.remove(script)
     p.close()
-    assert.is_true(H.eventually(function() return leftovers() == 0 end, 3))
+    assert.is_true(H.eventually(function() return leftovers() == 0 end, 10))
     local st = io.open("/proc/" .. zygote .. "/status")
     local state = st and st:read("a"):match("State:%s+(%a)")
     if st then st:close() end
