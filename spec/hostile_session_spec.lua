@@ -136,16 +136,7 @@ end
 -- Run `case` as the first cell of a fresh session, then close it and run the inspector; calls
 -- done(outcome) when all is over.
 local function start_case(case, prefix, done)
-  local o = {}
-  local ctx = S.make_ctx(case, prefix, tree)
-  local extra = {}
-  if case.setup then
-    local ok, e = pcall(case.setup, ctx)
-    if ok then extra = e or {} else o.setup_error = tostring(e) end
-    for k, v in pairs(extra) do ctx[k] = v end
-  end
-  local ignore = {}
-  for _, pid in ipairs(extra.helper_pids or {}) do ignore[pid] = true end
+  local o, ctx, _, ignore = S.case_start(case, prefix, tree)
   local sink = { marker = ctx.marker, ignore = ignore }
   o.sink = sink
 

@@ -500,6 +500,23 @@ function S.make_ctx(case, prefix, tree, extra)
   return ctx
 end
 
+--- A case's start: its ctx (S.make_ctx), its setup run (an error is the outcome's setup_error)
+-- and what the setup gives merged into ctx, and the set of host helper pids not to count as
+-- survivors. @return outcome, ctx, extra, ignore
+function S.case_start(case, prefix, tree)
+  local o = {}
+  local ctx = S.make_ctx(case, prefix, tree)
+  local extra = {}
+  if case.setup then
+    local ok, e = pcall(case.setup, ctx)
+    if ok then extra = e or {} else o.setup_error = tostring(e) end
+    for k, v in pairs(extra) do ctx[k] = v end
+  end
+  local ignore = {}
+  for _, pid in ipairs(extra.helper_pids or {}) do ignore[pid] = true end
+  return o, ctx, extra, ignore
+end
+
 --- The program a case runs: its code (or what its function makes of ctx), after the prologue.
 function S.case_code(case, ctx)
   local code = case.code
