@@ -197,6 +197,50 @@ describe("whole-run budgets", function()
         assert.is_truthy(r.text:find("\nusage [^\n]+\ntotal %d+ %d+\nobserved tasks %d+\nobserved vm %d+\n$"), r.text)
       end)
 
+      it("reports its usage while it runs, so that a supervisor killed at the end loses none", function()
+        -- The host kills the supervisor a grace after its stop; on a busy machine the supervisor
+        -- may not run within it. What the run used must be in the report before that.
+        local dir = assert(core.mkdtemp("/tmp/corral-budgetXXXXXX"))
+        assert(core.mkdir(dir .. "/code"))
+        assert(core.write_file(dir .. "/code/prog.py",
+          "print('busy', flush=True)\nwhile True:\n    pass\n", tonumber("644", 8)))
+        local pid = tonumber((H.sh(("%s --report-fd 3 %s --budget-cpu-ms 60000 -- %s -I %s/code/prog.py "
+          .. ">%s/out 2>&1 3>%s/report & echo $!"):format(L, m, H.python, dir, dir, dir))))
+        local function running_usage()
+          local rep = report.parse(H.try_read(dir .. "/report") or "")
+          return rep.usage and rep.usage.user_us + rep.usage.sys_us > 0 and rep.total and rep.total.cpu_us > 0
+        end
+        local seen = H.eventually(running_usage, 30)
+        -- the launcher called setsid: its group is the run (and the init dies with it)
+        H.sh("kill -9 -- -" .. pid .. " 2>/dev/null; kill -9 " .. pid .. " 2>/dev/null")
+        H.eventually(function() return #H.stray_processes() == 0 end)
+        local text = H.try_read(dir .. "/report") or ""
+        local out = H.try_read(dir .. "/out") or ""
+        assert(core.rmtree(dir))
+        assert.is_true(seen, "no usage while the program ran:\n" .. text .. out)
+        assert.is_truthy(out:find("busy", 1, true), out)
+        assert.is_falsy(text:find("\nstatus "), text)       -- it never ended by itself
+        -- each line replaces the one before: the CPU never goes down
+        local last = -1
+        for cpu in text:gmatch("\ntotal (%d+) %d+") do
+          assert.is_true(tonumber(cpu) >= last, text)
+          last = tonumber(cpu)
+        end
+      end)
+
+      it("reports its usage while it runs at most a few dozen times, and its end last", function()
+        -- a 32nd of the run so far apart, at least 100 ms: about 20 lines in 2 s
+        local r = launch(m .. " --budget-cpu-ms 60000",
+          "import time\nend = time.monotonic() + 2\nwhile time.monotonic() < end:\n    pass\nprint('done')")
+        assert.are.equal(0, r.code, r.out .. "\n" .. r.text)
+        local n = select(2, r.text:gsub("\nusage ", ""))
+        assert.is_true(n >= 2 and n <= 2 + 2000 / 100, n .. " usage lines:\n" .. r.text)
+        -- the end's lines come last, and hold the whole run
+        assert.is_truthy(r.text:find("\nstatus exit 0\nusage [^\n]+\ntotal %d+ %d+\nobserved"), r.text)
+        local u = r.rep.usage
+        assert.is_true(u.user_us + u.sys_us > 0 and r.total.cpu_us >= u.user_us + u.sys_us, r.text)
+      end)
+
       it("writes no budget line without a budget", function()
         local r = launch(m, "print(1)")
         assert.are.equal(0, r.code, r.out)
@@ -286,10 +330,17 @@ describe("whole-run budgets", function()
 
   it("keeps the report lines in order", function()
     local r = launch("--no-pidns --budget-cpu-ms 1000", CHAIN)
-    local order = {}
+    local order, ended = {}, false
     for line in r.text:gmatch("[^\n]+") do
       local kind = line:match("^(%a+)")
-      if kind ~= "applied" or line:find("^applied budget") then order[#order + 1] = line:match("^(%S+ ?%a*)") end
+      ended = ended or kind == "exceeded" or kind == "status"
+      -- usage and total while the run goes on (none, or a few: how many depends on the machine),
+      -- and a second total of the lines before the teardown (one more walk) count once
+      local running = not ended and (kind == "usage" or kind == "total")
+      local again = kind == "total" and (order[#order] or ""):sub(1, 5) == "total"
+      if (kind ~= "applied" or line:find("^applied budget")) and not running and not again then
+        order[#order + 1] = line:match("^(%S+ ?%a*)")
+      end
     end
     -- a run ended before the program was reaped writes usage and total before the teardown too
     local want = { "corral-launch", "applied budget", "applied budget", "pid", "exceeded cpu", "usage", "total",

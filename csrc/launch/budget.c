@@ -153,6 +153,51 @@ static struct walk {
 	unsigned short slot[2][WALK_SLOTS];     /* pid hash: index + 1 into gen[g]; 0 empty */
 } W;
 
+
+/* While a run with a budget goes on: "usage" and "total" as they stand, now and then, lower
+ * bounds that the next ones replace (the host keeps the last). At a stop the supervisor may not get
+ * a CPU within the host's grace (a fork bomb's hundreds of runnable processes share it with us), and
+ * is killed: these are then what the run reports. Spaced a 32nd of the run so far apart, at least
+ * RUNNING_MIN_MS, and only while the report is under RUNNING_MAX_BYTES: the host keeps the first
+ * 64 KiB of it, and the lines of the end must fit. Told between ticks and during them (from
+ * stop_heard), with the last complete tick's measure. */
+#define RUNNING_MIN_MS 100
+#define RUNNING_MAX_BYTES ((size_t)16 * 1024)
+
+static void report_total(const struct budget_state *bud, const struct rusage *ru);
+
+static int tell_on(const struct budget_state *bud)
+{
+	return bud->tell_pid && !bud->over && !bud->stopped && report_sent() <= RUNNING_MAX_BYTES;
+}
+
+static long long tell_gap(const struct budget_state *bud)
+{
+	long long gap = (now_ms() - bud->started_ms) / 32;
+
+	return gap < RUNNING_MIN_MS ? RUNNING_MIN_MS : gap;
+}
+
+static void tell_running(struct budget_state *bud)
+{
+	struct rusage ru, with_c;
+	long long now;
+
+	if (!tell_on(bud))
+		return;
+	now = now_ms();
+	if (now - bud->told_ms < tell_gap(bud))
+		return;
+	bud->told_ms = now;
+	if (getrusage(RUSAGE_CHILDREN, &ru) != 0)
+		return;
+	with_c = ru;
+	prog_add_usage(bud->tell_pid, &with_c);
+	report_usage(&with_c);
+	report_total(bud, &ru);         /* the last walk counts the program among the live */
+	report_flush();
+}
+
 /* During a tick: 1 when a stop of the run has come (taken off the queue: the caller's wait will
  * not see it, budget_stopped() tells). Outside a tick the stop stays queued for that wait. */
 static int stop_heard(struct budget_state *bud)
@@ -163,6 +208,7 @@ static int stop_heard(struct budget_state *bud)
 
 	if (!bud->ticking || bud->stopped)
 		return bud->stopped;
+	tell_running(bud);      /* a tick of a large run on a busy machine can last seconds */
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
@@ -975,6 +1021,12 @@ int budget_wait_ms(const struct launch *L)
 	if (!bud->on || bud->over)
 		return -1;
 	left = bud->next_ms - now_ms();
+	if (tell_on(bud)) {             /* the running report (budget_running) is due sooner */
+		long long tell = tell_gap(bud) - (now_ms() - bud->told_ms);
+
+		if (tell < left)
+			left = tell;
+	}
 	if (left <= 0)
 		return 0;
 	return left > INT_MAX ? INT_MAX : (int)left;
@@ -1055,9 +1107,8 @@ void budget_measure_now(struct launch *L)
 	}
 }
 
-void budget_report_total(const struct launch *L, const struct rusage *ru)
+static void report_total(const struct budget_state *bud, const struct rusage *ru)
 {
-	const struct budget_state *bud = &L->bud;
 	struct line l;
 	unsigned long long cpu, peak = bud->peak_kb;
 
@@ -1073,6 +1124,27 @@ void budget_report_total(const struct launch *L, const struct rusage *ru)
 	line_add(&l, " ");
 	line_num(&l, peak);
 	line_send(&l, report_get_fd());
+}
+
+void budget_report_total(const struct launch *L, const struct rusage *ru)
+{
+	report_total(&L->bud, ru);
+}
+
+/* The supervisor's wait, between ticks: prog is the program, still running. */
+void budget_running(struct launch *L, pid_t prog)
+{
+	struct budget_state *bud = &L->bud;
+
+	if (!bud->on || prog <= 0)
+		return;
+	if (!bud->tell_pid) {
+		bud->started_ms = bud->told_ms = now_ms();
+		bud->tell_pid = prog;
+		return;
+	}
+	bud->tell_pid = prog;
+	tell_running(bud);
 }
 
 /* The program has exited and is not reaped yet: one more walk, so that the tasks it leaves (its

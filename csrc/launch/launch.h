@@ -113,6 +113,7 @@ struct report_state {
 	int fd;                 /* -1: no report */
 	pid_t owner;            /* the process the pending lines belong to */
 	size_t len;
+	size_t sent;            /* bytes written so far, a forked process's parent's included */
 	char buf[PIPE_BUF];
 };
 
@@ -144,6 +145,10 @@ struct budget_state {
 				 * namespace (si_pid 0); 0: the launcher, which takes any */
 	int ticking;            /* 1 during a tick, which a stop cuts short */
 	int stopped;            /* 1: a stop was taken off the queue during a tick */
+	/* The running report (budget_running) */
+	pid_t tell_pid;         /* the program, while it runs; 0: nothing to tell */
+	long long started_ms;   /* the first call */
+	long long told_ms;      /* the last lines written */
 	/* cgroup mode */
 	int cg;                 /* 1: the run cgroup exists and is in use */
 	int cg_made;            /* 1: it was made (stays set once it is removed) */
@@ -320,6 +325,7 @@ void report_usage(const struct rusage *ru);
  * (report_fatal and report_pid flush by themselves). Lines a process inherited through fork()
  * are its parent's to write: dropped. Async-signal-safe. */
 void report_flush(void);
+size_t report_sent(void);                       /* bytes of the report so far, pending ones included */
 
 const char *errno_name(int err);                /* NULL when unknown */
 const char *explain(enum what w, int err);      /* never NULL */
@@ -481,6 +487,7 @@ int reap_one(struct prog *c);           /* 1 reaped a child, 0 none ready, -1 no
 /* The run is being ended before the program was reaped: usage and total so far, flushed (see
  * reap.c). */
 void prog_report_so_far(struct launch *L, const struct prog *c);
+void prog_add_usage(pid_t pid, struct rusage *ru);
 /* The init of the program's PID namespace: reaps every process until the program; 1 when asked to
  * end the run (a stop signal from outside the namespace, or over a budget), 0 when the program has
  * ended. */
@@ -557,6 +564,7 @@ int budget_stopped(const struct launch *L);
 void budget_finish(struct launch *L, int empty);
 /* the run is about to be torn down: measure it as it is */
 void budget_measure_now(struct launch *L);
+void budget_running(struct launch *L, pid_t prog);
 /* "total", after usage */
 void budget_report_total(const struct launch *L, const struct rusage *ru);
 /* before reaping: the program exited? then a last walk */

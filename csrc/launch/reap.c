@@ -112,7 +112,7 @@ void prog_finish(struct launch *L, struct prog *c, struct outcome *out)
 /* Adds to ru what the program would add to getrusage(RUSAGE_CHILDREN) once reaped: its CPU times
  * with those of the children it reaped (fields 14-17 of /proc/PID/stat, in clock ticks) and its
  * peak resident set (VmHWM of /proc/PID/status). Nothing when it cannot be read. */
-static void add_prog_usage(pid_t pid, struct rusage *ru)
+void prog_add_usage(pid_t pid, struct rusage *ru)
 {
 	char buf[4096];
 	unsigned long long f[18] = { 0 }, user_us, sys_us;
@@ -157,7 +157,8 @@ static void add_prog_usage(pid_t pid, struct rusage *ru)
 /* The run is being ended and the program is not reaped. Its teardown (every process killed and
  * reaped) takes a while for a large tree, and the host kills the supervisor once its grace is over:
  * "usage" and "total" as they stand go out first, lower bounds that the lines written after the
- * teardown replace. */
+ * teardown replace: the last tick's total at once, then a walk's (the walk of a large run is not
+ * quick on a busy machine). */
 void prog_report_so_far(struct launch *L, const struct prog *c)
 {
 	struct rusage ru, with_c;
@@ -165,8 +166,10 @@ void prog_report_so_far(struct launch *L, const struct prog *c)
 	if (c->reaped || c->have_fatal || getrusage(RUSAGE_CHILDREN, &ru) != 0)
 		return;
 	with_c = ru;
-	add_prog_usage(c->shown, &with_c);
+	prog_add_usage(c->shown, &with_c);
 	report_usage(&with_c);
+	budget_report_total(L, &ru);
+	report_flush();
 	budget_measure_now(L);
 	budget_report_total(L, &ru);    /* the measure counts the program among the processes
 					 * alive */
@@ -227,6 +230,7 @@ int init_wait(struct launch *L, struct prog *c)
 			return 1;
 		if (budget_stopped(L))
 			return 2;       /* heard during the tick */
+		budget_running(L, c->shown);
 		report_flush();
 		ms = budget_wait_ms(L);
 		if (ms >= 0) {

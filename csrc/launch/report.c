@@ -99,7 +99,13 @@ void report_flush(void)
 		return;         /* nothing, or a parent's lines (a vfork child must not touch them) */
 	if (rep->fd >= 0)
 		write_all(rep->fd, rep->buf, rep->len);
+	rep->sent += rep->len;
 	rep->len = 0;
+}
+
+size_t report_sent(void)
+{
+	return rep ? rep->sent + rep->len : 0;
 }
 
 void line_send(struct line *l, int fd)

@@ -472,6 +472,8 @@ static void run_subreaper(struct launch *L, struct outcome *out)
 			stop = 1;       /* over a budget: end the run as on SIGTERM */
 		if (!stop && budget_stopped(L))
 			stop = 2;       /* heard during the tick */
+		if (!stop && !c.reaped)
+			budget_running(L, c.shown);
 	}
 	/* The run is being ended: what it used so far first (the host may kill us during the
 	 * sweep), then the program may flush its output (a stop). */
