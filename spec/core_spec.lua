@@ -273,6 +273,25 @@ print("eof")
     assert.is_true(core.hrtime() - t0 < 1)
   end)
 
+  describe("json_separators", function()
+    it("counts the brackets, braces, commas and colons outside strings", function()
+      assert.are.equal(0, core.json_separators(""))
+      assert.are.equal(0, core.json_separators('"a,b:[{"'))
+      assert.are.equal(7, core.json_separators('{"a":[1,2,{"b":"x,y:\\"[{"}]}'))
+      -- an escaped backslash ends nothing; the quote after it ends the string
+      assert.are.equal(2, core.json_separators('"\\\\",,'))
+      assert.are.equal(0, core.json_separators('"\\",,'))      -- still inside the string
+    end)
+
+    it("counts a large text without copying it", function()
+      local text = "[" .. ("0,"):rep(4 * 1024 * 1024) .. "0]"
+      collectgarbage()
+      local before = collectgarbage("count")
+      assert.are.equal(4 * 1024 * 1024 + 1, core.json_separators(text))
+      assert.is_true(collectgarbage("count") - before < 64)    -- KiB: no copy of 8 MiB
+    end)
+  end)
+
   describe("utf8_repair", function()
     local cases = {
       { "plain ascii", "plain ascii", true },

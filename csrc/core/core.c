@@ -272,6 +272,7 @@ static const luaL_Reg funcs[] = {
     {"listdir", corral_listdir},
     {"utf8_repair", corral_utf8_repair},
     {"json_raw_control", corral_json_raw_control},
+    {"json_separators", corral_json_separators},
     {"b64encode", corral_b64encode},
     {"b64decode", corral_b64decode},
     {"lock", corral_lock},

@@ -5,7 +5,7 @@
  * bind.c     what every binding uses: the loop, errors, protected calls, option tables
  * process.c  core.spawn: pipes with capped reads, timers, the kill sequence, the result
  * fs.c       mkdtemp, rmtree, write_file, chown, chmod, exists
- * utf8.c     utf8_repair, json_raw_control (pure functions plus their bindings)
+ * utf8.c     utf8_repair, json_raw_control, json_separators (pure functions plus their bindings)
  * lock.c     core.lock
  * http.c     core.http_listen: an HTTP/1.1 server (http-parser) and its corral.http_res
  * watch.c    core.signal, core.timer, core.reader: small handles that call a Lua function
@@ -160,6 +160,8 @@ size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out, int *v
 int corral_utf8_repair(lua_State *L);
 long json_raw_control(const unsigned char *s, size_t n);
 int corral_json_raw_control(lua_State *L);
+size_t json_separators(const unsigned char *s, size_t n);
+int corral_json_separators(lua_State *L);
 /* Base64, standard alphabet, padded: out needs (n + 2) / 3 * 4 bytes; b64_decode's out n / 4 * 3,
  * and it returns the length or -1 - the offset of the first wrong byte (strict: RFC 4648). */
 size_t b64_encode(const unsigned char *in, size_t n, char *out);

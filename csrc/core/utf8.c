@@ -1,6 +1,6 @@
 /*
- * corral.core: utf8_repair, json_raw_control (a check of JSON text lua-cjson does not make), and
- * base64 (b64encode, b64decode: the bytes of files over JSON).
+ * corral.core: utf8_repair, json_raw_control and json_separators (checks of JSON text lua-cjson does
+ * not make), and base64 (b64encode, b64decode: the bytes of files over JSON).
  *
  * utf8_repair() is a pure function (no Lua, no allocation) so that a fuzz harness can build this
  * file alone: cc -DCORRAL_UTF8_NO_LUA -c utf8.c. It gives the same bytes as Python's
@@ -16,6 +16,7 @@
 #ifdef CORRAL_UTF8_NO_LUA
 size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out, int *valid);
 long json_raw_control(const unsigned char *s, size_t n);
+size_t json_separators(const unsigned char *s, size_t n);
 size_t b64_encode(const unsigned char *in, size_t n, char *out);
 long b64_decode(const unsigned char *s, size_t n, unsigned char *out);
 #else
@@ -120,7 +121,37 @@ long json_raw_control(const unsigned char *s, size_t n) {
   return -1;
 }
 
+/* The bytes '[', '{', ',' and ':' outside strings: each opens a value or separates two, so a
+ * decoder builds at most about as many values from the text. Counted without a copy, so that a
+ * reader can bound what decoding an untrusted text would build before it decodes. */
+size_t json_separators(const unsigned char *s, size_t n) {
+  size_t i, count = 0;
+  int in_string = 0;
+  for (i = 0; i < n; i++) {
+    unsigned char ch = s[i];
+    if (in_string) {
+      if (ch == '\\')
+        i++;
+      else if (ch == '"')
+        in_string = 0;
+    } else if (ch == '"') {
+      in_string = 1;
+    } else if (ch == '[' || ch == '{' || ch == ',' || ch == ':') {
+      count++;
+    }
+  }
+  return count;
+}
+
 #ifndef CORRAL_UTF8_NO_LUA
+/* core.json_separators(s) -> count */
+int corral_json_separators(lua_State *L) {
+  size_t n;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  lua_pushinteger(L, (lua_Integer)json_separators(s, n));
+  return 1;
+}
+
 /* core.json_raw_control(s) -> offset (1-based), byte | nil */
 int corral_json_raw_control(lua_State *L) {
   size_t n;

@@ -357,21 +357,10 @@ end
 
 -- Whether the JSON text has at most `most` values: decoded, each is a Lua value (a table for
 -- each array or object), so a frame of small values takes tens of times its bytes. Counted
--- as the '[', '{', ',' and ':' outside strings (escapes and strings taken out first); text that
--- is not JSON may be counted wrong, and then fails to decode.
+-- as the '[', '{', ',' and ':' outside strings, in C without a copy of the text; text that is
+-- not JSON may be counted wrong, and then fails to decode.
 local function values_at_most(text, most)
-  local n, at = 0, 1
-  while true do
-    at = text:find("[%[{,:]", at)
-    if not at then return true end
-    n = n + 1
-    if n > most then break end
-    at = at + 1
-  end
-  -- more of those bytes than `most`: are they inside strings?
-  local bare = text:gsub("\\.", ""):gsub('"[^"]*"', "")
-  local _, count = bare:gsub("[%[{,:]", "")
-  return count <= most
+  return core.json_separators(text) <= most
 end
 
 function Session:_maybe_done(req)
