@@ -766,6 +766,28 @@ describe("corral serve", function()
       assert.is_nil(r.files)
     end)
 
+    it("keeps what the session prints during a file request for the next cell", function()
+      local s = start_server("")
+      local id = open_session(s)
+      -- the kernel's own os.write, as the program may change it: it prints while the kernel
+      -- writes the file the PUT sends, so during the request
+      local status, _, text = exec(s, id, { code = "import os, sys\n_write = os.write\n"
+        .. "def write(fd, data):\n"
+        .. "    if bytes(data) == b'PAYLOAD':\n"
+        .. "        print('during the put', flush=True)\n"
+        .. "        print('and on stderr', file=sys.stderr, flush=True)\n"
+        .. "    return _write(fd, data)\n"
+        .. "os.write = write" })
+      assert.are.equal(200, status, text)
+      status, _, text = http(s, "PUT", "/v1/sessions/" .. id .. "/files/p.txt", "PAYLOAD")
+      assert.are.equal(201, status, text)
+      local r
+      status, _, text, r = exec(s, id, { code = "print(open('p.txt').read())" })
+      assert.are.equal(200, status, text)
+      assert.are.equal("during the put\nPAYLOAD\n", r.stdout)
+      assert.are.equal("and on stderr\n", r.stderr)
+    end)
+
     it("refuses bad session requests with an error naming the field, an unknown id with 404", function()
       local s = start_server("--instance c1")
       local cases = {

@@ -1000,6 +1000,9 @@ function Server:_handle_session_open(ctx)
       nil, "sandbox_failed")
   end
   local id = (self.config.instance and (self.config.instance .. "-") or "") .. s.id
+  -- the file routes answer with the file alone: what the session printed meanwhile goes to the
+  -- next cell
+  s.carry_file_output = true
   self.sessions[id] = s
   self.sessions_open = self.sessions_open + 1
   self.metrics.sessions_created = self.metrics.sessions_created + 1

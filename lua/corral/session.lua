@@ -106,9 +106,11 @@ end
 
 -- Start a session's kernel: the session, or nil, message, code. `ahead`: a spare, whose lifetime
 -- and idle timeout start when it is taken.
+-- `carry_file_output` (false): a file request's output is kept for the next request instead of
+-- coming with its answer, for a face that answers a file request with the file alone.
 local function start(run_opts, settings, ahead)
   local self = setmetatable({ settings = settings, queue_out = buffer(0), queue_err = buffer(0),
-                              count = 0, gone = nil, busy = nil }, Session)
+                              count = 0, gone = nil, busy = nil, carry_file_output = false }, Session)
   local ro = {}
   for k, v in pairs(run_opts) do ro[k] = v end
   -- the run's own limit, a backstop: the session's lifetime is the host's timer (Session:_give)
@@ -596,8 +598,23 @@ end
 local KINDS = { file = true, directory = true, link = true, other = true }
 
 -- A file request's result: `req.most` bytes of a file, entries of a list at most.
+-- A request's output goes back to the front of what the next request gets first: for a face
+-- that cannot show it with the answer (HTTP answers a file request with the file's bytes).
+local function carry_output(self, req)
+  for _, name in ipairs({ "stdout", "stderr" }) do
+    local q = name == "stdout" and "queue_out" or "queue_err"
+    local merged = buffer(self.max_output)
+    for _, b in ipairs({ req[name].buf, self[q] }) do
+      buf_add(merged, buf_text(b))
+      merged.total = merged.total + (b.total - b.len)
+    end
+    self[q] = merged
+  end
+end
+
 local function file_result(self, req, answer, reason)
   if reason then return { ok = false, reason = reason } end
+  if self.carry_file_output then carry_output(self, req) req.stdout.buf, req.stderr.buf = buffer(0), buffer(0) end
   local res = { ok = answer.status == "ok", reason = answer.status == "ok" and "ok" or "error" }
   local e = answer.error
   if type(e) == "table" then res.error = { type = text(e.type, 1000), message = text(e.message, math.max(self.max_output, 1000)) } end
