@@ -487,7 +487,6 @@ int reap_one(struct prog *c);           /* 1 reaped a child, 0 none ready, -1 no
 /* The run is being ended before the program was reaped: usage and total so far, flushed (see
  * reap.c). */
 void prog_report_so_far(struct launch *L, const struct prog *c);
-void prog_add_usage(pid_t pid, struct rusage *ru);
 /* The init of the program's PID namespace: reaps every process until the program; 1 when asked to
  * end the run (a stop signal from outside the namespace, or over a budget), 0 when the program has
  * ended. */
@@ -565,6 +564,7 @@ void budget_finish(struct launch *L, int empty);
 /* the run is about to be torn down: measure it as it is */
 void budget_measure_now(struct launch *L);
 void budget_running(struct launch *L, pid_t prog);
+void budget_add_prog_usage(pid_t pid, struct rusage *ru);
 /* "total", after usage */
 void budget_report_total(const struct launch *L, const struct rusage *ru);
 /* before reaping: the program exited? then a last walk */

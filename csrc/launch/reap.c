@@ -109,51 +109,6 @@ void prog_finish(struct launch *L, struct prog *c, struct outcome *out)
 	}
 }
 
-/* Adds to ru what the program would add to getrusage(RUSAGE_CHILDREN) once reaped: its CPU times
- * with those of the children it reaped (fields 14-17 of /proc/PID/stat, in clock ticks) and its
- * peak resident set (VmHWM of /proc/PID/status). Nothing when it cannot be read. */
-void prog_add_usage(pid_t pid, struct rusage *ru)
-{
-	char buf[4096];
-	unsigned long long f[18] = { 0 }, user_us, sys_us;
-	long tck = sysconf(_SC_CLK_TCK);
-	const char *p;
-	int field = 3;
-
-	if (pid <= 0 || tck <= 0 || read_proc(pid, "stat", buf, sizeof buf) != 0)
-		return;
-	p = strrchr(buf, ')');          /* comm may hold spaces and parens */
-	if (!p || p[1] != ' ' || !p[2])
-		return;
-	for (p += 3; *p && field < 17;) {
-		unsigned long long v = 0;
-
-		while (*p == ' ')
-			p++;
-		field++;
-		for (; *p >= '0' && *p <= '9'; p++)
-			v = v * 10 + (unsigned long long)(*p - '0');
-		while (*p && *p != ' ')
-			p++;
-		f[field] = v;
-	}
-	if (field < 17)
-		return;
-	user_us = (f[14] + f[16]) * 1000000ULL / (unsigned long long)tck;
-	sys_us = (f[15] + f[17]) * 1000000ULL / (unsigned long long)tck;
-	ru->ru_utime.tv_sec += (time_t)(user_us / 1000000ULL);
-	ru->ru_utime.tv_usec += (suseconds_t)(user_us % 1000000ULL);
-	ru->ru_stime.tv_sec += (time_t)(sys_us / 1000000ULL);
-	ru->ru_stime.tv_usec += (suseconds_t)(sys_us % 1000000ULL);
-	if (read_proc(pid, "status", buf, sizeof buf) == 0 &&
-	    (p = strstr(buf, "\nVmHWM:")) != NULL) {
-		long kb = strtol(p + 7, NULL, 10);
-
-		if (kb > ru->ru_maxrss)
-			ru->ru_maxrss = kb;
-	}
-}
-
 /* The run is being ended and the program is not reaped. Its teardown (every process killed and
  * reaped) takes a while for a large tree, and the host kills the supervisor once its grace is over:
  * "usage" and "total" as they stand go out first, lower bounds that the lines written after the
@@ -166,7 +121,7 @@ void prog_report_so_far(struct launch *L, const struct prog *c)
 	if (c->reaped || c->have_fatal || getrusage(RUSAGE_CHILDREN, &ru) != 0)
 		return;
 	with_c = ru;
-	prog_add_usage(c->shown, &with_c);
+	budget_add_prog_usage(c->shown, &with_c);
 	report_usage(&with_c);
 	budget_report_total(L, &ru);
 	report_flush();
