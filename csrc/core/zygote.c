@@ -327,11 +327,13 @@ static void poll_cb(uv_poll_t *h, int status, int events) {
         fd = -1;
       }
       /* A reset (it exited with requests unread) is reported once, possibly before what it
-       * sent last: read on until nothing is left */
-      if (n < 0 && errno == ECONNRESET) {
+       * sent last: read on until nothing is left. gVisor reports it at every read once what
+       * was sent is read: a second one is the end. */
+      if (n < 0 && errno == ECONNRESET && !reset) {
         reset = 1;
         continue;
       }
+      if (n < 0 && errno == ECONNRESET) n = 0;
       if (n > 0) {
         on_message(z, z->cl->scratch, (size_t)n, fd);
         if (z->fd < 0) return;
