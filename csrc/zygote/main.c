@@ -452,6 +452,23 @@ static void step_ready(struct strv *lines)
 
 /* ---- the loop ---- */
 
+/* After a read of nothing: whether that was the host's EOF rather than an empty record. Linux
+ * flags the peer's shutdown in poll (POLLRDHUP); gVisor does not, but then every read returns
+ * nothing again, where after an empty record the next one has bytes or is not there yet. (Two
+ * empty records in a row, which the host never sends, are taken for EOF there.) */
+static int ctl_eof(int fd, short revents)
+{
+	char c;
+	ssize_t n;
+
+	if (revents & (POLLRDHUP | POLLHUP | POLLERR))
+		return 1;
+	do
+		n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	return n == 0;
+}
+
 static NORETURN void serve(void)
 {
 	char *buf = malloc(MSG_MAX);
@@ -501,8 +518,7 @@ static NORETURN void serve(void)
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			continue;
 		/* A record may be empty: EOF is a read of nothing once the host shut its end. */
-		if (n < 0 || (n == 0 && nfds == 0 &&
-			      (pf[0].revents & (POLLRDHUP | POLLHUP | POLLERR))))
+		if (n < 0 || (n == 0 && nfds == 0 && ctl_eof(z.ctl, pf[0].revents)))
 			break;          /* EOF: the host is done */
 		request_handle(&z, buf, (size_t)n, fds, nfds, cut);
 		/* The next run is forked from this memory: nothing of this request may be in it
