@@ -6,10 +6,10 @@
 -- domain, seccomp filter, budgets and kill. Runs are not forked from one another, so nothing
 -- passes between them. Trade-offs: concurrent runs share the zygote's network namespace, where
 -- they still cannot meet: its only interface is a loopback that is down (no inet packet goes
--- anywhere) and Landlock scopes abstract unix sockets to the run that made them (on kernels
--- without Landlock scoping, ABI < 6, abstract sockets are shared between concurrent runs of one
--- zygote: give such hosts the `default` policy); the preloaded modules are already in sys.modules when a program starts; all runs
--- of one zygote share Python's string-hash seed.
+-- anywhere) and Landlock scopes abstract unix sockets to the run that made them (where Landlock
+-- cannot scope, ABI < 6 or gVisor, each run gets a network namespace of its own inside the
+-- zygote's, as a cold run does); the preloaded modules are already in sys.modules when a program
+-- starts; all runs of one zygote share Python's string-hash seed.
 local policy = require "corral.policy"
 
 return policy.load("default"):extend {

@@ -357,6 +357,57 @@ print("asyncio", asyncio.run(main()))
   end)
 end
 
+describe("unix sockets (warm, abstract names not scoped)", function()
+  teardown(function() assert(corral.close()) end)
+
+  -- Without Landlock's scope (a kernel without it, gVisor; here the policy's choice) the runs of a
+  -- zygote may not share its network namespace: each gets one of its own.
+  local unscoped = require("corral.policy").load("warm"):extend { name = "warm-unscoped", scope = false }
+
+  it("concurrent runs get a network namespace each, and neither sees the other's names", function()
+    local tag = "corral-spec-" .. core.getpid() .. "-unscoped"
+    local function code(mine, theirs)
+      return ERRNO .. string.format([[
+import os, socket, time
+print("netns", os.readlink("/proc/self/ns/net"), flush=True)
+s, _ = socket.socketpair()
+try:
+    s.bind("\0" + %s)
+    print("bound")
+except OSError as e:
+    print("bind refused", en(e))
+t = time.monotonic() + 2
+while time.monotonic() < t:
+    if %s in open("/proc/net/unix").read():
+        print("SAW the other's name")
+        break
+    time.sleep(0.05)
+]], pystr(tag .. "-" .. mine), pystr(tag .. "-" .. theirs))
+    end
+    local results, pending = {}, 2
+    for i, c in ipairs({ code("a", "b"), code("b", "a") }) do
+      corral.start(c, { policy = unscoped, timeout = 6 }, function(res, err)
+        results[i] = res or { stdout = "", error = err, limits = {} }
+        pending = pending - 1
+      end)
+    end
+    while pending > 0 do corral.run_loop("once") end
+    for i = 1, 2 do
+      local r = results[i]
+      assert.are.equal("exit", r.reason, tostring(r.error) .. (r.stderr or ""))
+      assert.is_truthy(r.stdout:find("bound\n", 1, true), r.stdout)
+      assert.is_falsy(r.stdout:find("SAW", 1, true), r.stdout)
+      assert.is_true(H.has(r.limits, "no-network"), table.concat(r.limits, " "))
+      assert.is_false(H.has(r.limits, "shared-netns"), table.concat(r.limits, " "))
+      assert.are.equal("EINVAL", r.refused["shared-netns"] and r.refused["shared-netns"].errno)
+    end
+    local a, b = results[1].stdout:match("netns (%S+)"), results[2].stdout:match("netns (%S+)")
+    assert.is_truthy(a)
+    assert.are_not.equal(a, b)
+    assert.are_not.equal(core.readlink("/proc/self/ns/net"), a)
+  end)
+end)
+
 describe("unix sockets", function()
   it("the spec's own listener is reachable from the host", function()
     -- the attacks above must not pass for a listener that nothing could reach

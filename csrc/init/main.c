@@ -1,7 +1,7 @@
 /* corral-init: the init of a direct warm run's PID namespace.
  *
- *   corral-init --pid PID [--fork-errno E] [--maps-errno E] --pipe FD --out FD --go FD
- *               --shared USERNS,NET,NET_ERR,NET_USER_ERR,EUID,EGID --plan ID ARGS...
+ *   corral-init --pid PID [--fork-errno E] [--maps-errno E] [--own-net 1] --pipe FD --out FD
+ *               --go FD --shared USERNS,NET,NET_ERR,NET_USER_ERR,EUID,EGID --plan ID ARGS...
  *
  * corral-zygote starts a direct run (csrc/zygote/direct.c) in a direct init that it clones into the
  * run's new namespaces and that shares its memory: the direct init forks the program from that
@@ -42,8 +42,8 @@
 #define SYS_landlock_create_ruleset 444
 #endif
 
-/* ns.c asks it only for a run joined to a --net-join holder, which a direct run is not; landlock.c
- * (the program's, with the kernel's headers) is not built in. */
+/* ns.c asks it why a direct run has a network namespace of its own (--own-net: its refused line);
+ * landlock.c (the program's, with the kernel's headers) is not built in. */
 int landlock_abi(void)
 {
 	long r = syscall(SYS_landlock_create_ruleset, NULL, 0UL, 1U);  /* ..._VERSION */
@@ -71,7 +71,7 @@ static NORETURN void usage(const char *why)
 int main(int argc, char **argv)
 {
 	unsigned long long pid = 0, pipefd = 0, out = 0, go = 0, forkerr = 0, v;
-	int have = 0, i, sh[4], mapserr = 0;
+	int have = 0, i, sh[4], mapserr = 0, ownnet = 0;
 	unsigned euid, egid;
 	struct ns_shared shared;
 	struct plan plan;
@@ -112,6 +112,8 @@ int main(int argc, char **argv)
 			forkerr = v;
 		else if (strcmp(k, "--maps-errno") == 0)
 			mapserr = (int)v;
+		else if (strcmp(k, "--own-net") == 0)
+			ownnet = v != 0;
 		else if (strcmp(k, "--pipe") == 0)
 			pipefd = v, have |= 4;
 		else if (strcmp(k, "--out") == 0)
@@ -147,6 +149,7 @@ int main(int argc, char **argv)
 	L.shared = &shared;
 	L.direct = 1;
 	L.direct_maps_err = mapserr;
+	L.direct_own_net = ownnet;
 	report_open(&L, plan.report_fd);
 	report_header();
 	if (workspace_open(&L) != 0 || launch_steps(&L) != 0 || mounts_apply(&L) != 0 ||

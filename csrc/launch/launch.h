@@ -274,6 +274,8 @@ struct launch {
 	int direct;
 	int direct_maps_err;    /* why the direct init could not write the user namespace's maps (0:
 				 * it did) */
+	int direct_own_net;     /* 1: the clone made the run a network namespace of its own, since
+				 * the zygote's may not be shared (ns_share_unsafe) */
 	/* Processes of the run other than the program's that RLIMIT_NPROC counts with the
 	 * program's: the kernel counts every task of a uid in a user namespace (and in each
 	 * namespace below it) against the limit of the process that forks, so without --uid the
@@ -365,6 +367,9 @@ int ns_write_own_maps(uid_t euid, gid_t egid);
 /* corral-zygote at start-up: the network namespace of the plan (with the user namespace it needs),
  * once for all runs, and its report lines. 0, or -1 after a fatal line (--net require). */
 int ns_apply_shared(struct launch *L, struct ns_shared *s);
+/* Why runs of this plan may not share a network namespace (their walls: the seccomp socket filter,
+ * Landlock's scope), with *err; or NULL when they may. */
+const char *ns_share_unsafe(const struct plan *p, int *err);
 /* --hold-net: make the namespaces, say "ready", keep them; the exit code. */
 int ns_hold(const struct plan *p);
 

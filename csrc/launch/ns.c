@@ -308,7 +308,7 @@ static void report_refusal(const struct launch *L, const struct attempt *a, enum
 /* ---- a shared network namespace ---- */
 
 /* Why this run may not share a network namespace, or NULL: see the top of the file. */
-static const char *join_unsafe(const struct plan *p, int *err)
+const char *ns_share_unsafe(const struct plan *p, int *err)
 {
 	int abi;
 
@@ -454,7 +454,7 @@ static int try_join(struct launch *L)
 	const char *why;
 	int err;
 
-	why = join_unsafe(p, &err);
+	why = ns_share_unsafe(p, &err);
 	if (!why && join_holder(L, p->net_join) == 0)
 		return 1;
 	if (!why) {
@@ -678,6 +678,18 @@ int ns_apply(struct launch *L)
 		L->net_shared = s->net_got;
 		net.direct_err = s->net_direct_err;
 		net.user_err = s->net_user_err;
+		if (L->direct_own_net) {
+			/* walls missing: the direct init's clone made one of the run's own inside
+			 * the zygote's, as a launcher does where it may not join a holder */
+			int err;
+			const char *why = ns_share_unsafe(p, &err);
+
+			report_refused_at("shared-netns", why ? err : EINVAL, why ? why :
+					  "corral-zygote found its walls missing",
+					  "the run has a network namespace of its own");
+			L->net_shared = 0;
+			net.got = 1;
+		}
 	} else if (p->net != PLAN_NET_HOST && !(p->net_join && try_join(L))) {
 		all.flags |= CLONE_NEWNET;
 	}

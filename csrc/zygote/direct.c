@@ -58,6 +58,7 @@ struct job {
 	size_t nargs;
 	const int *fds;                 /* the run's stdin, stdout, stderr, report */
 	int out;                        /* the outcome pipe's write end */
+	int own_net;                    /* the clone makes the run a network namespace */
 };
 
 int direct_open(const char *self_dir)
@@ -126,7 +127,9 @@ static NORETURN void program_main(const struct job *j, int errfd, int go)
 	mounts_settle(&L);
 	L.shared = &z->ns;
 	L.userns = z->ns.userns;
-	L.netns = L.net_shared = z->ns.net_got;        /* every run shares the zygote's */
+	/* the zygote's, shared by its runs, unless the walls that needs are missing */
+	L.netns = z->ns.net_got || j->own_net;
+	L.net_shared = z->ns.net_got && !j->own_net;
 	L.pidns = 1;
 	L.seccomp_ready = 1;            /* the filter is in memory (filters_load) */
 	L.run_program = py_run_program;
@@ -232,6 +235,8 @@ static int dinit_main(void *arg)
 		dinit_arg(v, &n, num, &k, "--fork-errno", err);
 	if (maps_err)
 		dinit_arg(v, &n, num, &k, "--maps-errno", maps_err);
+	if (j->own_net)
+		dinit_arg(v, &n, num, &k, "--own-net", 1);
 	/* corral-init makes the mounts: our capabilities in the run's user namespace go with the
 	 * execve as ambient ones (the program, forked before, has none of them ambient) */
 	if (s->userns)
@@ -275,7 +280,7 @@ pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds
 	struct job j;
 	char perr[256], path[64], *top;
 	size_t nf = 0, off = 0;
-	int flags, out[2], err;
+	int flags, out[2], err, own_net;
 	pid_t pid;
 
 	*outr = *mntns = -1;
@@ -298,15 +303,23 @@ pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds
 		errno = ENOTSUP;
 		return -1;
 	}
+	/* Runs share the zygote's network namespace only behind the walls that keeps them apart
+	 * there (the seccomp socket filter, Landlock's scope); where this kernel cannot build them
+	 * (no Landlock under gVisor, ABI < 6) the clone makes the run one of its own, as a cold
+	 * run makes one where it may not join the holder's. */
+	own_net = z->ns.net_got && ns_share_unsafe(&plan, &err) != NULL;
 	if (plan.seccomp != PLAN_MECH_OFF)
-		filters_load(z, &plan);
+		filters_load(z, &plan, own_net);
 	j.z = z;
 	j.plan = &plan;
 	j.args = argv + 1;
 	j.nargs = nf - 1;
 	j.fds = fds;
 	j.out = out[1];
+	j.own_net = own_net;
 	flags = CLONE_VM | CLONE_VFORK | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | SIGCHLD;
+	if (own_net)
+		flags |= CLONE_NEWNET;
 	if (z->ns.userns)
 		flags |= CLONE_NEWUSER;
 	/* The direct init runs below our frames on our own stack, as a vfork child: the program,

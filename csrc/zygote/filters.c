@@ -40,7 +40,7 @@ static char *filter_key(const struct plan *p, int sockets)
 
 /* In the zygote, before the fork of the program: the filter of this plan in seccomp.c's state,
  * built once. */
-void filters_load(const struct zygote *z, const struct plan *p)
+void filters_load(const struct zygote *z, const struct plan *p, int own_net)
 {
 	struct launch L;
 	struct filter *f;
@@ -49,7 +49,8 @@ void filters_load(const struct zygote *z, const struct plan *p)
 
 	launch_init(&L);
 	L.plan = p;
-	L.netns = L.net_shared = z->ns.net_got;        /* every run shares the zygote's */
+	L.netns = z->ns.net_got || own_net;
+	L.net_shared = z->ns.net_got && !own_net;    /* the others share the zygote's */
 	key = filter_key(p, p->deny_sockets == 1 ||
 				(p->deny_sockets == 2 && (!L.netns || L.net_shared)));
 	for (i = 0; key && i < nfilters; i++) {

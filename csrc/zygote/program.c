@@ -498,7 +498,7 @@ pid_t program_fork(const struct zygote *z, int sock, char *msg, size_t len, int 
 		goto out;
 	}
 	if (plan.seccomp != PLAN_MECH_OFF)
-		filters_load(z, &plan);
+		filters_load(z, &plan, 0);
 	pid = fork_orphan(z, &plan, mask, fds, nfds, rfd, cg, argv[4]);
 	err = pid < 0 ? errno : 0;
 	plan_free(&plan);

@@ -138,8 +138,8 @@ void request_polled(struct zygote *z, const struct pollfd *pf, size_t base, size
 /* ---- filters.c ---- */
 
 /* In the zygote, before forking a program: the plan's seccomp filter in seccomp.c's state (built
- * once). */
-void filters_load(const struct zygote *z, const struct plan *p);
+ * once). own_net: the run has a network namespace of its own, not the zygote's. */
+void filters_load(const struct zygote *z, const struct plan *p, int own_net);
 
 /* ---- spawner.c ---- */
 
