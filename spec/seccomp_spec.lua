@@ -90,6 +90,11 @@ def clone(flags):
     reap(r)
     return e
 
+def clone_exit(sig):
+    r, e = sc(56, sig, 0, 0, 0, 0)
+    reap(r)
+    return e
+
 def clone3(flags):
     args = struct.pack("=11Q", flags, 0, 0, 0, SIGCHLD, 0, 0, 0, 0, 0, 0)
     r, e = sc(435, ctypes.create_string_buffer(args, len(args)), len(args))
@@ -132,6 +137,13 @@ cases = {
     "open_by_handle_at": lambda: sc(304, -5, None, 0)[1],
     "io_uring_setup": lambda: sc(425, 1, ctypes.create_string_buffer(120))[1],
     "personality": lambda: sc(135, 0xffffffff)[1],
+    # pid 1 (signal 0: the permission check alone), and the two ways to make the kernel send
+    # SIGKILL to whoever: a child's exit signal (ours: the clone's parent dies of it), an I/O one
+    "kill-pid1": lambda: sc(62, 1, 0)[1],
+    "tgkill-pid1": lambda: sc(234, 1, 1, 0)[1],
+    "pidfd_open-pid1": lambda: sc(434, 1, 0)[1],
+    "clone-exit-sigkill": lambda: clone_exit(9),
+    "setsig-sigkill": lambda: sc(72, os.pipe()[0], 10, 9)[1],     # F_SETSIG
 }
 for name in sys.argv[1:]:
     e = sub(cases[name])
@@ -163,6 +175,12 @@ local attacks = {
   { "open_by_handle_at", "open_by_handle_at()", { "open_by_handle_at" } },
   { "io_uring_setup", "io_uring_setup()", { "io_uring_setup" } },
   { "personality", "personality()", { "personality" } },
+  -- whatever the list: nothing reaches pid 1, a PID namespace's supervising init
+  { "kill-pid1", "kill() of pid 1 with any list", {} },
+  { "tgkill-pid1", "tgkill() of pid 1 with any list", {} },
+  { "pidfd_open-pid1", "pidfd_open() of pid 1 with any list", {} },
+  { "clone-exit-sigkill", "a clone() whose exit signal is SIGKILL with any list", {} },
+  { "setsig-sigkill", "fcntl(F_SETSIG, SIGKILL) with any list", {} },
 }
 
 local SOCKETS = [==[
@@ -402,7 +420,7 @@ def field(pid, name):
 print("r init", field(1, "Seccomp"))
 print("r filters", field("self", "Seccomp_filters"))
 try:
-    os.kill(1, 0)
+    os.kill(os.getpid(), 0)     # (pid 1 is refused whatever the list)
     print("r kill 0")
 except OSError as e:
     print("r kill", errno.errorcode[e.errno])

@@ -79,7 +79,6 @@ int main(int argc, char **argv)
 	struct prog c;
 	struct outcome o = { OUTCOME_EXIT, EXIT_SETUP };
 	char perr[256], mounts[MOUNTS_STATE_LEN];
-	sigset_t set;
 	ssize_t n;
 
 	/* the plan points into a copy; the original, our /proc/1/cmdline, is hidden (steps.c) */
@@ -132,15 +131,9 @@ int main(int argc, char **argv)
 	/* As the init: no process of the run's uid may ptrace us or take our fds (the report
 	 * fd). */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-	/* As the launcher's supervise_prepare(): the stop signals and SIGCHLD blocked (they are
-	 * read with sigtimedwait, reap.c); report writes to a closed pipe fail instead of killing
-	 * us. */
-	sigemptyset(&set);
-	sigaddset(&set, SIGCHLD);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigprocmask(SIG_BLOCK, &set, NULL);
+	/* As the launcher's init: every signal blocked, the stop signals and SIGCHLD read with
+	 * sigtimedwait (reap.c); report writes to a closed pipe fail instead of killing us. */
+	init_block_signals();
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGXFSZ, SIG_IGN);
 

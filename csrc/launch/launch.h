@@ -497,6 +497,8 @@ void prog_report_so_far(struct launch *L, const struct prog *c);
  * ended. */
 int init_wait(struct launch *L, struct prog *c);
 void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace */
+/* The init, first thing: every signal blocked (see reap.c) */
+void init_block_signals(void);
 /* The signal the prelude (lua/corral/prelude.lua) flushes the program's output on, and how long
  * a stopped run's program gets to do it before it is killed. */
 #define FLUSH_SIGNAL 63

@@ -156,6 +156,20 @@ int reap_one(struct prog *c)
 }
 
 
+/* Linux drops a signal sent to a PID namespace's init from inside the namespace unless the init has
+ * a handler for it; gVisor delivers it, and the default action of most is to end the init, and the
+ * run with it. The init installs no handler: it blocks every signal, and takes the ones it waits
+ * for (SIGCHLD and the stop signals) with sigwaitinfo(); the others stay pending, without effect.
+ * SIGKILL and SIGSTOP cannot be blocked: the program's seccomp filter refuses them to pid 1
+ * (seccomp.c). The program's fork empties its mask (child.c). */
+void init_block_signals(void)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	sigprocmask(SIG_BLOCK, &all, NULL);
+}
+
 /* The init waits with sigwaitinfo() on SIGCHLD and the stop signals, which stay blocked (inherited
  * from the launcher), so no wakeup is lost. A stop signal counts only from outside the namespace
  * (si_pid 0): the program may not end its own supervision. With a budget, the wait ends at each

@@ -23,6 +23,10 @@
  *   either of the two             io_uring_setup(): EPERM (its SOCKET and BIND operations are
  *                                 not system calls the filter sees)
  *   --deny-pipe-growth            fcntl(F_SETPIPE_SZ) above 64 KiB (a pipe's default): EPERM
+ *   always                        kill(), tkill(), tgkill(), rt_sigqueueinfo(),
+ *                                 rt_tgsigqueueinfo() and pidfd_open() of pid 1; clone() whose
+ *                                 exit signal is SIGKILL or SIGSTOP; fcntl(F_SETSIG) of either:
+ *                                 EPERM (the supervising init, below)
  *   another ABI (i386, x32)       the process is killed (SIGSYS): its numbers are not checked
  *
  * --seccomp-cache DIR: libseccomp builds the same program for the same plan every run (about
@@ -53,6 +57,7 @@
 #include <linux/filter.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -227,8 +232,44 @@ static int add_pipe_rule(scmp_filter_ctx ctx)
 				SCMP_A2_32(SCMP_CMP_GT, PIPE_DEFAULT_BYTES));
 }
 
-/* Adds the rules for names, sockets, unix_pairs and pipes to ctx. Returns 0 or a negative
- * errno (libseccomp's). */
+/* Pid 1 of the run's PID namespace is its supervising init. Linux drops a signal to a namespace's
+ * init from inside it unless the init has a handler for it, SIGKILL and SIGSTOP included; gVisor
+ * delivers them: the program's kill(1, SIGKILL) killed the init (and the run with it), its
+ * SIGSTOP left the run without its budgets until the timeout. The init blocks every signal it
+ * can (init_block_signals); these rules refuse the two it cannot, by every call that names pid 1
+ * (kill(-1) never reaches an init), or that makes the kernel send one to whoever: the exit signal
+ * of a child that the init may adopt, a file's I/O signal (whose owner may be the init). Without
+ * a PID namespace pid 1 is the host's or the container's init, which no run has reason to signal
+ * either. pid and signal are ints: the low 32 bits are compared. */
+static const int pid1_calls[] = {
+	SCMP_SYS(kill), SCMP_SYS(tkill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo),
+	SCMP_SYS(rt_tgsigqueueinfo), SCMP_SYS(pidfd_open),
+};
+static const int unstoppable[] = { SIGKILL, SIGSTOP };
+
+static int add_init_rules(scmp_filter_ctx ctx, const int *nrs, unsigned count)
+{
+	unsigned i;
+	int rc = 0;
+
+	for (i = 0; rc == 0 && i < sizeof pid1_calls / sizeof pid1_calls[0]; i++)
+		if (!has_nr(nrs, count, pid1_calls[i]))
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), pid1_calls[i], 1,
+					      SCMP_A0_32(SCMP_CMP_EQ, 1));
+	for (i = 0; rc == 0 && i < sizeof unstoppable / sizeof unstoppable[0]; i++) {
+		if (!has_nr(nrs, count, SCMP_SYS(clone)))
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+					      SCMP_A0_64(SCMP_CMP_MASKED_EQ, 0xff, unstoppable[i]));
+		if (rc == 0 && !has_nr(nrs, count, SCMP_SYS(fcntl)))
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 2,
+					      SCMP_A1_32(SCMP_CMP_EQ, F_SETSIG),
+					      SCMP_A2_32(SCMP_CMP_EQ, unstoppable[i]));
+	}
+	return rc;
+}
+
+/* Adds the rules for names, sockets, unix_pairs and pipes, and the init's, to ctx. Returns 0 or
+ * a negative errno (libseccomp's). */
 static int add_rules(scmp_filter_ctx ctx, const char *const *names, size_t n, int sockets,
 		     int unix_pairs, int pipes)
 {
@@ -282,7 +323,7 @@ static int add_rules(scmp_filter_ctx ctx, const char *const *names, size_t n, in
 		if (rc < 0)
 			return rc;
 	}
-	return 0;
+	return add_init_rules(ctx, nrs, count);
 }
 
 /* The BPF program of ctx into filt.insns, through a memfd (libseccomp 2.5 exports to an fd).

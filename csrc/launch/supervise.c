@@ -262,6 +262,7 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	/* Like the launcher: no process of our uid may ptrace us or take our fds (the report
 	 * fd). */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	init_block_signals();
 	/* pid 1 of the run: its /proc/1/cmdline shows no plan (steps.c) */
 	args_hide();
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
