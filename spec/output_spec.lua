@@ -156,6 +156,30 @@ describe("output", function()
     end
   end)
 
+  it("a stop waits for a slow flush up to half the policy's grace", function()
+    -- a handler that takes 0.2 s, as the prelude's can under gVisor: the wait ends when the
+    -- program is gone, within --flush-ms (half of grace: 1 s here), not at a fixed 50 ms
+    local code = [[
+import os, signal, sys, time
+def slow(signum, frame):
+    time.sleep(0.2)
+    print("flushed late")
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+signal.signal(63, slow)
+print("before", flush=True)
+while True:
+    time.sleep(1)
+]]
+    for _, name in ipairs({ "default", "warm" }) do
+      local pol = policy.load(name):extend { name = name .. "-slow-flush", grace = 2 }
+      local r = run(code, { policy = pol, timeout = 1 })
+      assert.are.equal("timeout", r.reason, name)
+      assert.are.equal("before\nflushed late\n", r.stdout, name)
+      assert.are.same({ -9, 9 }, { r.returncode, r.signal }, name)
+    end
+  end)
+
   it("a stopped program without the prelude's handler is reported killed, not flushed", function()
     for _, p in ipairs(policies()) do
       local r = run("import os\nos.execv('/bin/sleep', ['sleep', '60'])\n", { policy = p[2], timeout = 1 })

@@ -499,11 +499,10 @@ int init_wait(struct launch *L, struct prog *c);
 void init_kill_all(struct prog *c);     /* kills and reaps the whole namespace */
 /* The init, first thing: every signal blocked (see reap.c) */
 void init_block_signals(void);
-/* The signal the prelude (lua/corral/prelude.lua) flushes the program's output on, and how long
- * a stopped run's program gets to do it before it is killed. */
+/* The signal the prelude (lua/corral/prelude.lua) flushes the program's output on; a stopped run's
+ * program gets --flush-ms at most to do it before it is killed. */
 #define FLUSH_SIGNAL 63
-#define FLUSH_MS 50
-void init_flush(struct prog *c);
+void init_flush(struct prog *c, unsigned ms);
 /* budget.c: the start of /proc/PID/NAME in buf, NUL-terminated; 0, or -1 (gone) */
 int read_proc(pid_t pid, const char *name, char *buf, size_t len);
 void flush_status(struct prog *c);

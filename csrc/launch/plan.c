@@ -119,8 +119,9 @@ static const char help_text[] =
 	"  --flush-signal        before a stop (SIGTERM, SIGINT, SIGHUP) kills the\n"
 	"                        run, and when the program ends with processes left,\n"
 	"                        signal 63 to them (to the program only without\n"
-	"                        --pidns), and 50 ms to end: corral's prelude\n"
-	"                        flushes its output on it\n"
+	"                        --pidns), and until they are gone or --flush-ms\n"
+	"                        has passed: corral's prelude flushes its output on it\n"
+	"  --flush-ms N          the most the flush may take, 1..10000 (default 50)\n"
 	"  --seccomp-cache DIR   keep the built filter in DIR (owned by us, mode\n"
 	"                        0700) and load it from there when the same filter\n"
 	"                        is asked again\n"
@@ -425,6 +426,7 @@ enum opt {
 	O_TMPFS, O_RO_BIND, O_WORK_TMPFS, O_WORK_AT, O_CODE_AT, O_KILL_UID,
 	O_LANDLOCK, O_FS_RO, O_FS_RW, O_SECCOMP, O_DENY_SYSCALL, O_BUDGET_CPU, O_BUDGET_MEM,
 	O_BUDGET_POLL, O_CGROUP, O_NET_JOIN, O_SECCOMP_CACHE, O_USER_MAX, O_DENY_PIPE_GROWTH, O_FLUSH_SIGNAL,
+	O_FLUSH_MS,
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_UNIX_PAIRS, O_CGROUP_REQUIRE,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD, O_RELAY,
 	O_STATUS_FD,
@@ -466,6 +468,7 @@ static const struct {
 	[O_USER_MAX] = { "--user-max", 1, 1 },
 	[O_DENY_PIPE_GROWTH] = { "--deny-pipe-growth", 0, 0 },
 	[O_FLUSH_SIGNAL] = { "--flush-signal", 0, 0 },
+	[O_FLUSH_MS] = { "--flush-ms", 1, 0 },
 	[O_DENY_TCP] = { "--deny-tcp", 0, 0 },
 	[O_SCOPE] = { "--scope", 0, 0 },
 	[O_DENY_SOCKETS] = { "--deny-sockets", 0, 0 },
@@ -666,6 +669,11 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 	case O_FLUSH_SIGNAL:
 		p->flush_signal = 1;
 		return 0;
+	case O_FLUSH_MS:
+		if (number("--flush-ms", v, 1, PLAN_FLUSH_MS_MAX, &n, err, errlen))
+			return -1;
+		p->flush_ms = (unsigned)n;
+		return 0;
 	case O_DENY_TCP:
 		p->deny_tcp = 1;
 		return 0;
@@ -752,6 +760,7 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	p->status_fd = -1;
 	p->sweep_uid = 1;
 	p->budget_poll_ms = PLAN_POLL_MS_DEFAULT;
+	p->flush_ms = PLAN_FLUSH_MS_DEFAULT;
 	p->collect_files = 100;
 	p->collect_file_bytes = 8ULL << 20;
 	p->collect_bytes = 16ULL << 20;

@@ -43,6 +43,8 @@ enum plan_rlimit {
 /* --budget-poll-ms: default and range. */
 #define PLAN_POLL_MS_DEFAULT 10
 #define PLAN_POLL_MS_MAX 1000
+#define PLAN_FLUSH_MS_DEFAULT 50
+#define PLAN_FLUSH_MS_MAX 10000
 
 struct plan_tmpfs {
 	const char *path;           /* into argv: the PATH of PATH=SIZE, NOT NUL-terminated */
@@ -122,6 +124,7 @@ struct plan {
 	int unix_pairs;             /* --unix-pairs-only: no unix socket but a connected pair */
 	int deny_pipe_growth;       /* --deny-pipe-growth: F_SETPIPE_SZ above 64 KiB: EPERM */
 	int flush_signal;           /* --flush-signal: FLUSH_SIGNAL before a stop's kill */
+	unsigned flush_ms;          /* --flush-ms: the most the flush may take, 1..PLAN_FLUSH_MS_MAX */
 	const char *seccomp_cache;  /* --seccomp-cache DIR: the built filter is kept there; NULL */
 	/* Whole-run budgets (budget.c), enforced by the supervisor; 0: none. */
 	unsigned long long budget_cpu_ms;       /* CPU time of every process of the run */

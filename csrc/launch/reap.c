@@ -224,11 +224,14 @@ void flush_status(struct prog *c)
 }
 
 /* Before a stop kills the run: FLUSH_SIGNAL to every process of the namespace (the prelude's
- * handler writes out what each buffered, then dies), and at most FLUSH_MS for all of them to
- * end. A run over budget gets none: its processes may be stopped, and it must end now. */
-void init_flush(struct prog *c)
+ * handler writes out what each buffered, then dies), and until all of them have ended, or ms
+ * (--flush-ms) have passed. A process with the prelude dies of it once flushed, one without dies of
+ * it at once: the wait lasts longer only for one that blocks or ignores it, or that is slow to
+ * run its handler (gVisor: tens of ms on a busy machine). A run over budget gets none: its
+ * processes may be stopped, and it must end now. */
+void init_flush(struct prog *c, unsigned ms)
 {
-	long long deadline = now_ms() + FLUSH_MS, left;
+	long long deadline = now_ms() + ms, left;
 	struct timespec ts;
 	sigset_t set;
 	siginfo_t si;
@@ -293,11 +296,11 @@ void init_watch(struct launch *L, struct prog *c, struct outcome *o)
 		kill(-1, SIGSTOP);
 		prog_report_so_far(L, c);
 		if (why == 2 && flush)
-			init_flush(c);
+			init_flush(c, L->plan->flush_ms);
 		init_kill_all(c);
 	} else {
 		if (flush)
-			init_flush(c);
+			init_flush(c, L->plan->flush_ms);
 		if (budget_active(L) || L->ws.collect_fd >= 0)
 			init_kill_all(c);
 	}

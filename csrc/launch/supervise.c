@@ -411,12 +411,12 @@ static int subreaper_prestart_wait(struct launch *L)
 }
 
 /* A stop: FLUSH_SIGNAL to the program (the prelude's handler writes out what the program buffered,
- * then dies), and at most FLUSH_MS for it to end, before the sweep kills the tree. Only the
+ * then dies), and at most --flush-ms for it to end, before the sweep kills the tree. Only the
  * program: without a namespace there is no atomic way to signal the tree, and the sweep must freeze
  * it first. */
 static void flush_program(struct launch *L, struct prog *c)
 {
-	long long deadline = now_ms() + FLUSH_MS, left;
+	long long deadline = now_ms() + L->plan->flush_ms, left;
 	struct pollfd pfd = { L->sigfd, POLLIN, 0 };
 
 	kill(c->pid, FLUSH_SIGNAL);

@@ -513,8 +513,12 @@ function Policy:launch_args(opts, run, host)
     if self.scope ~= false then add("--scope") end
   end
   -- the prelude flushes the program's output on the launcher's signal before a stop's kill; not
-  -- through a wrapper (bwrap's monitor would die of the signal at once)
-  if self:prelude() and (self.wrapper_processes or 0) == 0 then add("--flush-signal") end
+  -- through a wrapper (bwrap's monitor would die of the signal at once). The wait ends when every
+  -- process is gone; its bound is half the grace the host gives the launcher after the stop (the
+  -- kill and the report take the rest): under gVisor a handler can take tens of milliseconds
+  if self:prelude() and (self.wrapper_processes or 0) == 0 then
+    add("--flush-signal", "--flush-ms", int(math.max(1, (self.grace or 0.2) * 500)))
+  end
   if self.seccomp and self.seccomp ~= "off" then
     add("--seccomp", self.seccomp)
     -- inline: the longest list of a run's arguments, on the path of every run
