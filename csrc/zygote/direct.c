@@ -127,7 +127,7 @@ static NORETURN void program_main(const struct job *j, int errfd, int go)
 	mounts_settle(&L);
 	L.shared = &z->ns;
 	L.userns = z->ns.userns;
-	/* the zygote's, shared by its runs, unless the walls that needs are missing */
+	/* the zygote's, shared by its runs, unless the walls sharing needs are missing */
 	L.netns = z->ns.net_got || j->own_net;
 	L.net_shared = z->ns.net_got && !j->own_net;
 	L.pidns = 1;
@@ -303,7 +303,7 @@ pid_t direct_start(const struct zygote *z, char *msg, size_t len, const int *fds
 		errno = ENOTSUP;
 		return -1;
 	}
-	/* Runs share the zygote's network namespace only behind the walls that keeps them apart
+	/* Runs share the zygote's network namespace only behind the walls that keep them apart
 	 * there (the seccomp socket filter, Landlock's scope); where this kernel cannot build them
 	 * (no Landlock under gVisor, ABI < 6) the clone makes the run one of its own, as a cold
 	 * run makes one where it may not join the holder's. */
