@@ -18,6 +18,10 @@
  * the program's, and the walk reads nothing the program could not. Both stay on the work dir's own
  * filesystem and open every name with O_NOFOLLOW from its directory's fd: a link the program made
  * is reported as a link, a fifo, socket or device is skipped unopened.
+ *
+ * A file costs the few system calls that the tmpfs's own work (an inode, its pages) needs: in,
+ * openat, one write and close (the fd of its directory is kept for the files after it in the same
+ * one, and its mode is given to openat with the umask cleared).
  */
 #include "launch.h"
 
@@ -31,6 +35,7 @@
 #include <string.h>
 #include <sys/fsuid.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #define CHUNK 65536
@@ -88,50 +93,65 @@ static void fsids_give(uid_t old_uid, gid_t old_gid)
 
 struct reader {
 	int fd;
-	size_t off, len;
+	size_t off, len;        /* what chunk holds of the records: chunk[off..len) */
 };
 
-static int rd_fill(struct reader *r)
+/* At least n (at most CHUNK) bytes of the records at chunk + r->off, what is held moved to the
+ * front first when they would not fit: 1, 0 when the records end before, -1 with errno. */
+static int rd_want(struct reader *r, size_t n)
 {
-	ssize_t n;
+	while (r->len - r->off < n) {
+		ssize_t got;
 
-	if (r->off < r->len)
-		return 1;
-	do
-		n = read(r->fd, chunk, sizeof chunk);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -1;
-	r->off = 0;
-	r->len = (size_t)n;
-	return n > 0;
+		if (r->off > 0) {
+			memmove(chunk, chunk + r->off, r->len - r->off);
+			r->len -= r->off;
+			r->off = 0;
+		}
+		do
+			got = read(r->fd, chunk + r->len, sizeof chunk - r->len);
+		while (got < 0 && errno == EINTR);
+		if (got < 0)
+			return -1;
+		if (got == 0)
+			return 0;
+		r->len += (size_t)got;
+	}
+	return 1;
 }
 
-/* One NUL-terminated field into out (at most cap bytes with the NUL): 1, 0 at the end of the
- * records (before a field's first byte), -1 with errno. */
+/* One NUL-terminated field into out (at most cap <= CHUNK bytes with the NUL): 1, 0 at the end of
+ * the records (before a field's first byte), -1 with errno. */
 static int rd_field(struct reader *r, char *out, size_t cap)
 {
-	size_t n = 0;
+	size_t seen = 0;        /* bytes of the field looked at: no NUL among them */
 
 	for (;;) {
-		int f = rd_fill(r);
+		const char *z = memchr(chunk + r->off + seen, '\0', r->len - r->off - seen);
+		int f;
 
-		if (f <= 0) {
-			if (f == 0 && n == 0)
-				return 0;
-			errno = f == 0 ? EPROTO : errno;
-			return -1;
-		}
-		while (r->off < r->len) {
-			char c = chunk[r->off++];
+		if (z) {
+			size_t n = (size_t)(z - (chunk + r->off)) + 1;
 
-			if (n + 1 >= cap) {
+			if (n > cap) {
 				errno = ENAMETOOLONG;
 				return -1;
 			}
-			out[n++] = c;
-			if (c == '\0')
-				return 1;
+			memcpy(out, chunk + r->off, n);
+			r->off += n;
+			return 1;
+		}
+		seen = r->len - r->off;
+		if (seen >= cap) {
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		f = rd_want(r, seen + 1);
+		if (f <= 0) {
+			if (f == 0 && seen == 0)
+				return 0;
+			errno = f == 0 ? EPROTO : errno;
+			return -1;
 		}
 	}
 }
@@ -151,20 +171,17 @@ static int write_all(int fd, const char *b, size_t n)
 	return 0;
 }
 
-/* SIZE bytes of the records into fd. */
+/* SIZE bytes of the records into fd: in one write when they fit in the buffer. */
 static int rd_copy(struct reader *r, int fd, unsigned long long size)
 {
 	while (size > 0) {
-		size_t n;
-		int f = rd_fill(r);
+		size_t n = size < CHUNK ? (size_t)size : CHUNK;
+		int f = rd_want(r, n);
 
 		if (f <= 0) {
 			errno = f == 0 ? EPROTO : errno;
 			return -1;
 		}
-		n = r->len - r->off;
-		if (n > size)
-			n = (size_t)size;
 		if (write_all(fd, chunk + r->off, n) != 0)
 			return -1;
 		r->off += n;
@@ -186,42 +203,104 @@ static int number_of(const char *s, int base, unsigned long long *v)
 	return 0;
 }
 
-/* The directory that holds PATH's last segment, its parents made (mode 0755) where missing: an fd,
- * or -1 with errno; *last points at the segment. */
-static int parent_of(int root, char *path, char **last)
+/* A segment that names no new entry: empty, "." or "..". */
+static int bad_segment(const char *s)
+{
+	return !*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0;
+}
+
+/* The directory PATH names below root, made (mode 0755) where missing; with exact, mkdirat's mode
+ * is the mode made (workspace_in), else each new one is set with fchmod. An fd, or -1 with errno.
+ * PATH is changed while it is walked, and given back as it was. */
+static int dir_of(int root, char *path, int exact)
 {
 	int d = dup(root);
 	char *s = path, *slash;
 
-	while (d >= 0 && (slash = strchr(s, '/')) != NULL) {
+	for (; d >= 0 && *s; s = slash ? slash + 1 : s + strlen(s)) {
 		int sub, made;
 
-		*slash = '\0';
-		if (!*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) {
+		slash = strchr(s, '/');
+		if (slash)
+			*slash = '\0';
+		if (bad_segment(s)) {
+			if (slash)
+				*slash = '/';
 			close(d);
 			errno = EINVAL;
 			return -1;
 		}
 		made = mkdirat(d, s, 0755) == 0;
 		if (!made && errno != EEXIST) {
+			int e = errno;
+
+			if (slash)
+				*slash = '/';
 			close(d);
+			errno = e;
 			return -1;
 		}
 		sub = openat(d, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (sub >= 0 && made)
-			fchmod(sub, 0755);      /* exactly, whatever the supervisor's umask */
-		*slash = '/';
+		if (sub >= 0 && made && !exact)
+			fchmod(sub, 0755);
+		if (slash)
+			*slash = '/';
 		close(d);
 		d = sub;
-		s = slash + 1;
 	}
-	*last = s;
-	if (d >= 0 && (!*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)) {
-		close(d);
+	return d;
+}
+
+/* The directory of the file unpacked last, kept open for the files after it in the same one (the
+ * host sends them in its order: a list of files in one directory costs one walk). */
+struct parent {
+	int fd;                 /* -1: none */
+	size_t len;             /* path[0..len): its path below the work dir */
+	char path[PATH_MAX];
+};
+
+/* The fd of the directory that holds NAME's last segment (root itself, or the parent kept), its
+ * parents made where missing; *last points at the segment. -1 with errno. */
+static int parent_of(struct parent *pc, int root, char *name, int exact, char **last)
+{
+	char *slash = strrchr(name, '/');
+	size_t len = slash ? (size_t)(slash - name) : 0;
+
+	*last = slash ? slash + 1 : name;
+	if (bad_segment(*last)) {
 		errno = EINVAL;
 		return -1;
 	}
-	return d;
+	if (!slash)
+		return root;
+	if (pc->fd >= 0 && pc->len == len && memcmp(pc->path, name, len) == 0)
+		return pc->fd;
+	if (pc->fd >= 0)
+		close(pc->fd);
+	*slash = '\0';
+	pc->fd = dir_of(root, name, exact);
+	*slash = '/';
+	if (pc->fd < 0)
+		return -1;
+	memcpy(pc->path, name, len);
+	pc->len = len;
+	return pc->fd;
+}
+
+/* Whether the modes given to mkdirat and openat below root are the modes made once the umask is
+ * cleared: root has neither a default ACL (which takes the umask's place for what is made in it
+ * and is inherited by the directories made there, acl(5)) nor the set-group-ID bit (inherited by
+ * directories made in it). The work dir is the run's new tmpfs or a directory the host made 0700:
+ * both have neither, but a host's /dev/shm could give one a default ACL. */
+static int modes_exact(int root)
+{
+	struct stat st;
+
+	if (fstat(root, &st) != 0 || (st.st_mode & S_ISGID))
+		return 0;
+	if (fgetxattr(root, "system.posix_acl_default", NULL, 0) >= 0)
+		return 0;
+	return errno == ENODATA || errno == EOPNOTSUPP;
 }
 
 static void keep(struct workspace_state *ws, const struct stat *st)
@@ -241,8 +320,10 @@ static void keep(struct workspace_state *ws, const struct stat *st)
 }
 
 /* One record: 0, or -1 with errno and the path in name. */
-static int unpack_one(struct workspace_state *ws, struct reader *r, int root, char *name, int *done)
+static int unpack_one(struct launch *L, struct reader *r, struct parent *pc, int root, int exact,
+		      char *name, int *done)
 {
+	struct workspace_state *ws = &L->ws;
 	char field[32], *last;
 	unsigned long long mode, size;
 	struct stat st;
@@ -258,21 +339,24 @@ static int unpack_one(struct workspace_state *ws, struct reader *r, int root, ch
 		errno = EINVAL;
 		return -1;
 	}
-	d = parent_of(root, name, &last);
+	d = parent_of(pc, root, name, exact, &last);
 	if (d < 0)
 		return -1;
 	fd = openat(d, last, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)mode);
-	close(d);
 	if (fd < 0)
 		return -1;
-	if (rd_copy(r, fd, size) != 0 || fchmod(fd, (mode_t)mode) != 0 || fstat(fd, &st) != 0) {
+	/* the mode, ctime and inode to tell an unchanged file from a changed one (--collect-all):
+	 * after the last write */
+	if (rd_copy(r, fd, size) != 0 || (!exact && fchmod(fd, (mode_t)mode) != 0) ||
+	    (L->plan->collect_all && fstat(fd, &st) != 0)) {
 		int e = errno;
 
 		close(fd);
 		errno = e;
 		return -1;
 	}
-	keep(ws, &st);
+	if (L->plan->collect_all)
+		keep(ws, &st);
 	close(fd);
 	return 0;
 }
@@ -281,28 +365,40 @@ int workspace_in(struct launch *L)
 {
 	const struct plan *p = L->plan;
 	struct reader r = { L->ws.in_fd, 0, 0 };
+	struct parent pc;
 	char name[PATH_MAX];
 	uid_t ou;
 	gid_t og;
-	int root, done = 0, n = 0, rc = 0;
+	mode_t mask = 0;
+	int root, exact = 0, done = 0, n = 0, rc = 0, err = 0;
 
 	if (L->ws.in_fd < 0)
 		return 0;
 	name[0] = '\0';
+	pc.fd = -1;
 	fsids_take(p, &ou, &og);
 	root = open(mounts_work_dir(L), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (root < 0) {
 		rc = -1;
+		err = errno;
 	} else {
-		while (!done && (rc = unpack_one(&L->ws, &r, root, name, &done)) == 0)
+		exact = modes_exact(root);
+		if (exact)
+			mask = umask(0);
+		while (!done && (rc = unpack_one(L, &r, &pc, root, exact, name, &done)) == 0)
 			n += !done;
+		err = errno;
+		if (exact)
+			umask(mask);
+		if (pc.fd >= 0)
+			close(pc.fd);
 		close(root);
 	}
 	fsids_give(ou, og);
 	close(L->ws.in_fd);
 	L->ws.in_fd = -1;
 	if (rc != 0) {
-		report_fatal(W_FILES_IN, errno, name[0] ? name : mounts_work_dir(L));
+		report_fatal(W_FILES_IN, err, name[0] ? name : mounts_work_dir(L));
 		return -1;
 	}
 	report_applied_num("files-in", (unsigned long long)n);
