@@ -7,12 +7,13 @@
  *
  * --collect-to FILE with --collect GLOB... or --collect-all: once every process of the run is dead
  * (nothing can change a file while it is read), the supervisor walks the work dir and writes
- * records KIND \0 PATH \0 SIZE \0 MODE \0 STORED \0 and STORED bytes, then "end" \0 SEEN \0 FLAGS \0.
- * KIND: "f" a regular file (the first STORED of its SIZE bytes), "l" a symbolic link (its target,
- * never followed), "e" a file that could not be read (the errno name). FLAGS: what a cap cut, comma
- * separated: "files" (--collect-max N), "bytes" (the total), "scan" (entries looked at, or glob match steps), "depth",
- * "name" (a path longer than PATH_MAX), "write" (FILE could not take more). A FILE without the end
- * record was cut short: the supervisor was killed while it wrote.
+ * records KIND \0 PATH \0 SIZE \0 MODE \0 STORED \0 and STORED bytes, then "end" \0 SEEN \0 FLAGS \0
+ * (records.h). KIND: "f" a regular file (the first STORED of its SIZE bytes), "l" a symbolic
+ * link (its target, never followed), "e" a file that could not be read (the errno name). FLAGS:
+ * what a cap cut, comma separated: "files" (--collect-max N), "bytes" (the total), "scan" (entries
+ * looked at, or glob match steps), "depth", "name" (a path longer than PATH_MAX), "write" (FILE
+ * could not take more). A FILE without the end record was cut short: the supervisor was killed
+ * while it wrote.
  *
  * Both run with the program's file-system ids (setfsuid) when it has its own: what is unpacked is
  * the program's, and the walk reads nothing the program could not. Both stay on the work dir's own
@@ -21,9 +22,11 @@
  *
  * A file costs the few system calls that the tmpfs's own work (an inode, its pages) needs: in,
  * openat, one write and close (the fd of its directory is kept for the files after it in the same
- * one, and its mode is given to openat with the umask cleared).
+ * one, and its mode is given to openat with the umask cleared); out, openat, fstat, one read into
+ * the records' buffer and close.
  */
 #include "launch.h"
+#include "records.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -557,7 +560,7 @@ static void emit_error(struct walk *w, const struct stat *st, int err)
 {
 	const char *e = errno_name(err);
 
-	w_head(w, "e", (unsigned long long)st->st_size, st->st_mode, strlen(e));
+	w_head(w, REC_ERROR, (unsigned long long)st->st_size, st->st_mode, strlen(e));
 	w_put(w, e, strlen(e));
 }
 
@@ -570,27 +573,18 @@ static void emit_link(struct walk *w, int dfd, const char *name, const struct st
 		emit_error(w, st, errno);
 		return;
 	}
-	w_head(w, "l", (unsigned long long)n, st->st_mode, (unsigned long long)n);
+	w_head(w, REC_LINK, (unsigned long long)n, st->st_mode, (unsigned long long)n);
 	w_put(w, target, (size_t)n);
 }
 
-static void emit_file(struct walk *w, int dfd, const char *name, const struct stat *st0)
+/* An open regular file's record: its first bytes, within the caps, read straight into the
+ * records' buffer. fd is closed. */
+static void emit_file(struct walk *w, int fd, const struct stat *st)
 {
 	const struct plan *p = w->p;
-	struct stat st;
 	unsigned long long stored, left;
-	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 
-	if (fd < 0) {
-		emit_error(w, st0, errno);
-		return;
-	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != w->dev) {
-		close(fd);              /* not what fstatat saw: nothing of the run runs, but still */
-		emit_error(w, st0, EAGAIN);
-		return;
-	}
-	stored = (unsigned long long)st.st_size;
+	stored = (unsigned long long)st->st_size;
 	if (stored > p->collect_file_bytes)
 		stored = p->collect_file_bytes;
 	if (stored > w->bytes_left) {
@@ -598,10 +592,17 @@ static void emit_file(struct walk *w, int dfd, const char *name, const struct st
 		w->flags |= F_BYTES;
 	}
 	w->bytes_left -= stored;
-	w_head(w, "f", (unsigned long long)st.st_size, st.st_mode, stored);
+	w_head(w, REC_FILE, (unsigned long long)st->st_size, st->st_mode, stored);
 	for (left = stored; left > 0;) {
-		ssize_t n = read(fd, chunk, left < CHUNK ? (size_t)left : CHUNK);
+		size_t room = sizeof w->wbuf - w->wlen;
+		ssize_t n;
 
+		/* what fits in the buffer is read in one piece */
+		if (room < left && w->wlen > 0) {
+			w_flush(w);
+			room = sizeof w->wbuf;
+		}
+		n = read(fd, w->wbuf + w->wlen, left < room ? (size_t)left : room);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
@@ -615,10 +616,65 @@ static void emit_file(struct walk *w, int dfd, const char *name, const struct st
 			}
 			break;
 		}
-		w_put(w, chunk, (size_t)n);
+		w->wlen += (size_t)n;
 		left -= (unsigned long long)n;
 	}
 	close(fd);
+}
+
+/* A regular file (what fstatat, or readdir's type, saw), opened: its fd with *st what it is now,
+ * or -1 with errno, EAGAIN when it is not what was seen (nothing of the run runs now: but still). */
+static int open_file(struct walk *w, int dfd, const char *name, struct stat *st)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || st->st_dev != w->dev) {
+		close(fd);
+		errno = EAGAIN;
+		return -1;
+	}
+	return fd;
+}
+
+/* What the walk does with a regular file that fstatat saw: its record, or why not. */
+static void visit_file(struct walk *w, int dfd, const char *name, const struct stat *st0)
+{
+	struct stat st;
+	int fd;
+
+	if (w->p->collect_all && unchanged(w->ws, st0))
+		return;
+	if (!take_slot(w))
+		return;
+	fd = open_file(w, dfd, name, &st);
+	if (fd < 0)
+		emit_error(w, st0, errno);
+	else
+		emit_file(w, fd, &st);
+}
+
+/* A name readdir says is a regular file, wanted: opened first and checked with fstat, one call
+ * fewer than fstatat then open. 0 when done with it; -1 when it must go the general way (it
+ * cannot be opened, or is not what readdir said: the general way says why). */
+static int visit_regular(struct walk *w, int dfd, const char *name)
+{
+	struct stat st;
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -1;
+	}
+	if (st.st_dev != w->dev || (w->p->collect_all && unchanged(w->ws, &st)) || !take_slot(w)) {
+		close(fd);      /* another filesystem (a bind mount) is skipped, as by fstatat */
+		return 0;
+	}
+	emit_file(w, fd, &st);
+	return 0;
 }
 
 static void walk_dir(struct walk *w, int dfd, size_t plen, int depth)
@@ -651,6 +707,13 @@ static void walk_dir(struct walk *w, int dfd, size_t plen, int depth)
 		if (plen)
 			w->path[plen] = '/';
 		memcpy(w->path + plen + (plen ? 1 : 0), name, nlen + 1);
+		/* a regular file (tmpfs always says): what fstatat would tell, from its open fd */
+		if (e->d_type == DT_REG) {
+			if (!wanted(w, 0))
+				continue;
+			if (visit_regular(w, dirfd(dir), name) == 0)
+				continue;
+		}
 		if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != w->dev)
 			continue;       /* gone, or another filesystem (a bind mount) */
 		if (S_ISDIR(st.st_mode)) {
@@ -669,14 +732,14 @@ static void walk_dir(struct walk *w, int dfd, size_t plen, int depth)
 		}
 		if (!(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) || !wanted(w, 0))
 			continue;       /* fifos, sockets, devices: never opened */
-		if (w->p->collect_all && S_ISREG(st.st_mode) && unchanged(w->ws, &st))
-			continue;
-		if (!take_slot(w))
+		if (S_ISLNK(st.st_mode)) {
+			if (take_slot(w))
+				emit_link(w, dirfd(dir), name, &st);
+		} else {
+			visit_file(w, dirfd(dir), name, &st);
+		}
+		if (w->stop)
 			break;
-		if (S_ISLNK(st.st_mode))
-			emit_link(w, dirfd(dir), name, &st);
-		else
-			emit_file(w, dirfd(dir), name, &st);
 	}
 	w->path[plen] = '\0';
 	closedir(dir);
@@ -723,7 +786,7 @@ void workspace_collect(struct launch *L)
 		strcat(flags, ",depth");
 	if (w->flags & F_NAME)
 		strcat(flags, ",name");
-	w_field(w, "end");
+	w_field(w, REC_END);
 	w_num(w, w->seen, 0);
 	w_field(w, flags[0] ? flags + 1 : "");
 	w_flush(w);
