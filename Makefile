@@ -57,7 +57,7 @@ FUZZ_PKGS  := $(BUILD_PKGS) clang libclang-rt-14-dev
 LAUNCH_SRC := $(wildcard csrc/launch/*.c)
 LAUNCH_HDR := $(wildcard csrc/launch/*.h)
 CORE_SRC   := $(wildcard csrc/core/*.c)
-CORE_HDR   := $(wildcard csrc/core/*.h) csrc/zygote/protocol.h
+CORE_HDR   := $(wildcard csrc/core/*.h) csrc/zygote/protocol.h csrc/launch/records.h
 ZYGOTE_SRC := $(wildcard csrc/zygote/*.c)
 ZYGOTE_HDR := $(LAUNCH_HDR) $(wildcard csrc/zygote/*.h)
 

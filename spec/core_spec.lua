@@ -369,6 +369,135 @@ print("eof")
     end)
   end)
 
+  describe("records_unpack and records_read", function()
+    -- a record of a run's collection (csrc/launch/records.h)
+    local function rec(kind, path, size, mode, bytes)
+      return kind .. "\0" .. path .. "\0" .. size .. "\0" .. mode .. "\0" .. #bytes .. "\0" .. bytes
+    end
+    local function rec_end(seen, flags) return "end\0" .. seen .. "\0" .. flags .. "\0" end
+    local F1 = rec("f", "b.txt", 3, "644", "b\0\255")
+    local F2 = rec("f", "a/c.bin", 10, "100600", "12345")
+    local L1 = rec("l", "a/link", 11, "777", "/etc/shadow")
+    local E1 = rec("e", "secret", 7, "0", "EACCES")
+    local WANT = {
+      { path = "a/c.bin", type = "file", size = 10, mode = 384, content = "12345", truncated = true },
+      { path = "a/link", type = "link", mode = 511, target = "/etc/shadow" },
+      { path = "b.txt", type = "file", size = 3, mode = 420, content = "b\0\255", truncated = false },
+      { path = "secret", type = "error", size = 7, mode = 0, error = "EACCES" },
+    }
+    local ALL = F1 .. F2 .. L1 .. E1
+    -- { records, entries wanted (the first n of WANT's order, or a list), complete, seen, flags }
+    local cases = {
+      { ALL .. rec_end(9, "files,bytes"), WANT, true, 9, "files,bytes" },
+      { "", {}, false, 0, "" },
+      { rec_end(0, ""), {}, true, 0, "" },
+      { "end\0", {}, true, 0, "" },                                   -- an end without its fields
+      { "end\0x\0", {}, true, 0, "" },                               -- nor a number of entries
+      { ALL, WANT, false, 0, "" },                                     -- killed before the end
+      { F1 .. F2:sub(1, -3), { WANT[3] }, false, 0, "" },              -- content cut short
+      { F1 .. "f\0a/c.bin\010\0", { WANT[3] }, false, 0, "" },        -- a head cut short
+      { F1 .. rec("f", "x", "1x", "644", "x"), { WANT[3] }, false, 0, "" },
+      { F1 .. rec("f", "x", "", "644", "x"), { WANT[3] }, false, 0, "" },
+      { F1 .. rec("f", "x", "-1", "644", "x"), { WANT[3] }, false, 0, "" },
+      { F1 .. rec("f", "x", "1", "9", "x"), { WANT[3] }, false, 0, "" }, -- not octal
+      { F1 .. rec("f", "x", "99999999999999999999", "644", "x"), { WANT[3] }, false, 0, "" },
+      { F1 .. "f\0x\0" .. "1\0" .. "644\0" .. "9223372036854775807\0x", { WANT[3] }, false, 0, "" },
+      { F1 .. "file!!!!\0x\01\0644\01\0x" .. rec_end(1, ""), { WANT[3] }, false, 0, "" }, -- a kind too long
+      { F1 .. "\0\0\0\0\0" .. rec_end(1, ""), { WANT[3] }, false, 0, "" },  -- empty fields: no numbers
+      -- a kind of no meaning, the path of no file: an error entry (the caller bounds the list)
+      { F1 .. rec("?", "", 0, "0", ""), { { path = "", type = "error", size = 0, mode = 0, error = "" }, WANT[3] },
+        false, 0, "" },
+    }
+
+    local function same(want, list)
+      assert.are.equal(#want, #list)
+      for i, w in ipairs(want) do assert.are.same(w, list[i]) end
+    end
+
+    local dir
+    before_each(function() dir = assert(core.mkdtemp("/tmp/corral-test-XXXXXX")) end)
+    after_each(function() assert(core.rmtree(dir)) end)
+
+    for i, c in ipairs(cases) do
+      it("reads records #" .. i .. " from a string and from a file alike", function()
+        local list, complete, seen, flags = core.records_unpack(c[1])
+        same(c[2], list)
+        assert.are.same({ c[3], c[4], c[5] }, { complete, seen, flags })
+        assert(core.write_file(dir .. "/r", c[1]))
+        list, complete, seen, flags = core.records_read(dir .. "/r", 1 << 30)
+        same(c[2], list)
+        assert.are.same({ c[3], c[4], c[5] }, { complete, seen, flags })
+      end)
+    end
+
+    it("sorts by the bytes of the paths", function()
+      local names = { "b", "a/b", "a", "B", "a0", "\255", "a\1" }
+      local data = {}
+      for i, n in ipairs(names) do data[i] = rec("f", n, 1, "644", "x") end
+      local list = core.records_unpack(table.concat(data))
+      local got = {}
+      for i, e in ipairs(list) do got[i] = e.path end
+      assert.are.same({ "B", "a", "a\1", "a/b", "a0", "b", "\255" }, got)
+    end)
+
+    it("reads contents across and beyond its 64 KiB buffer, and stops at max", function()
+      local parts, big = {}, ("0123456789"):rep(20000) .. "!"
+      for i = 1, 40 do parts[#parts + 1] = rec("f", ("f%02d"):format(i), 7777 + i, "644", ("y"):rep(7777 + i)) end
+      parts[#parts + 1] = rec("f", "g-big", #big, "644", big)
+      parts[#parts + 1] = rec("f", "h-after", 1, "644", "z")
+      parts[#parts + 1] = rec_end(42, "")
+      local data = table.concat(parts)
+      assert(core.write_file(dir .. "/r", parts))
+      local a = { core.records_unpack(data) }
+      local b = { core.records_read(dir .. "/r", #data) }
+      assert.are.equal(42, #b[1])
+      assert.are.same(a, b)
+      assert.are.equal(big, b[1][41].content)
+      -- at most max bytes: the list stops where they do, not complete
+      local cut = #table.concat(parts, "", 1, 40) + 100
+      local list, complete = core.records_read(dir .. "/r", cut)
+      assert.are.equal(40, #list)
+      assert.is_false(complete)
+      list, complete = core.records_read(dir .. "/r", 0)
+      assert.are.same({}, list)
+      assert.is_false(complete)
+    end)
+
+    it("stops at a field longer than its buffer in a file, and at a content the file does not hold", function()
+      local long = ("p"):rep(70000)
+      assert(core.write_file(dir .. "/r", F1 .. rec("f", long, 1, "644", "x") .. rec_end(2, "")))
+      local list, complete = core.records_read(dir .. "/r", 1 << 30)
+      same({ WANT[3] }, list)
+      assert.is_false(complete)
+      list = core.records_unpack(F1 .. rec("f", long, 1, "644", "x"))
+      assert.are.equal(long, list[2].path)
+      -- a content said to be 1 GiB: nothing is allocated for it
+      assert(core.write_file(dir .. "/r2", F1 .. "f\0x\0" .. "1073741824\0644\0" .. "1073741824\0abc"))
+      list, complete = core.records_read(dir .. "/r2", 1 << 40)
+      same({ WANT[3] }, list)
+      assert.is_false(complete)
+    end)
+
+    it("refuses what is not a regular file, never through a link, and leaks no fd", function()
+      local fds = #core.fds()
+      assert(core.write_file(dir .. "/r", ALL))
+      assert(core.symlink(dir .. "/r", dir .. "/link"))
+      local list, err, code = core.records_read(dir .. "/link", 100)
+      assert.is_nil(list)
+      assert.are.equal("ELOOP", code, err)
+      list, err, code = core.records_read(dir, 100)
+      assert.is_nil(list)
+      assert.are.equal("EINVAL", code, err)
+      list, err, code = core.records_read(dir .. "/missing", 100)
+      assert.is_nil(list)
+      assert.are.equal("ENOENT", code, err)
+      assert.has_error(function() core.records_read(dir .. "/r\0x", 100) end)
+      assert.has_error(function() core.records_read(dir .. "/r", -1) end)
+      assert.has_error(function() core.records_unpack({}) end)
+      assert.are.equal(fds, #core.fds())
+    end)
+  end)
+
   describe("lock", function()
     it("is exclusive until closed", function()
       local path = os.tmpname()

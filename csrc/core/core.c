@@ -260,6 +260,8 @@ static const luaL_Reg funcs[] = {
     {"rmtree", corral_rmtree},
     {"write_file", corral_write_file},
     {"read_file", corral_read_file},
+    {"records_read", corral_records_read},
+    {"records_unpack", corral_records_unpack},
     {"chown", corral_chown},
     {"chmod", corral_chmod},
     {"exists", corral_exists},
@@ -310,6 +312,7 @@ LUAMOD_API int luaopen_corral_core(lua_State *L) {
 
   corral_proc_open(L);
   corral_lock_open(L);
+  corral_records_open(L);
   corral_http_open(L);
   corral_watch_open(L);
   corral_zygote_open(L);

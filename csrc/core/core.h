@@ -5,6 +5,7 @@
  * bind.c     what every binding uses: the loop, errors, protected calls, option tables
  * process.c  core.spawn: pipes with capped reads, timers, the kill sequence, the result
  * fs.c       mkdtemp, rmtree, write_file, chown, chmod, exists
+ * records.c  records_read, records_unpack: a run's collected files into Lua tables
  * utf8.c     utf8_repair, json_raw_control, json_separators (pure functions plus their bindings)
  * lock.c     core.lock
  * http.c     core.http_listen: an HTTP/1.1 server (http-parser) and its corral.http_res
@@ -150,6 +151,11 @@ int corral_lstat(lua_State *L);
 int corral_access(lua_State *L);
 int corral_realpath(lua_State *L);
 int corral_listdir(lua_State *L);
+
+/* ---- records.c ---- */
+int corral_records_read(lua_State *L);
+int corral_records_unpack(lua_State *L);
+void corral_records_open(lua_State *L);       /* registers the corral.records metatable */
 
 /* ---- utf8.c ---- */
 /* Replace every maximal invalid subsequence of in[0..n) by U+FFFD, as Python's

@@ -121,8 +121,7 @@ end
 -- At most what the policy's caps let the launcher write (workspace.records_max).
 local function read_collected(pol, run)
   local ws = require "corral.workspace"
-  local data = core.read_file(run.files_out, ws.records_max(ws.caps(pol)))
-  return ws.unpack(data or "")
+  return ws.read(run.files_out, ws.records_max(ws.caps(pol)))
 end
 
 --- The end of a run: its result from the policy, its directory and uid given back, then

@@ -202,46 +202,33 @@ end
 local FLAG = { files = "files", bytes = "bytes", scan = "scan", depth = "depth", name = "name",
                interrupted = "interrupted" }
 
---- What corral-launch --collect-to wrote: the entries, and what cut the list short.
+-- What core.records_unpack and core.records_read give, as M.unpack returns it.
+local function unpacked(list, complete, seen, flags_text)
+  local flags = {}
+  for f in flags_text:gmatch("[^,]+") do
+    if FLAG[f] then flags[#flags + 1] = f end
+  end
+  return list, { complete = complete, flags = flags, seen = seen }
+end
+
+--- What corral-launch --collect-to wrote (or a session's kernel sent): the entries, and what cut
+-- the list short. The records are parsed in C (core.records_unpack); nothing in them can make
+-- it raise.
 -- @return list of {path, type ("file", "link", "error"), size, mode, content, truncated, target,
--- error}, and a table: `complete` (false: the launcher did not finish writing: killed), `flags`
--- (list of what a cap cut: files, bytes, scan, depth, name), `seen` (entries looked at)
+-- error}, sorted by path; and a table: `complete` (false: the writer did not finish: killed),
+-- `flags` (list of what a cap cut: files, bytes, scan, depth, name, interrupted), `seen`
+-- (entries looked at)
 function M.unpack(data)
-  local list, info = {}, { complete = false, flags = {}, seen = 0 }
-  local pos, len = 1, #data
-  local function field()
-    local z = data:find("\0", pos, true)
-    if not z then return nil end
-    local s = data:sub(pos, z - 1)
-    pos = z + 1
-    return s
-  end
-  while pos <= len do
-    local kind = field()
-    if kind == "end" then
-      info.seen = tonumber(field() or "") or 0
-      for f in (field() or ""):gmatch("[^,]+") do
-        if FLAG[f] then info.flags[#info.flags + 1] = f end
-      end
-      info.complete = true
-      break
-    end
-    local path, size, mode, stored = field(), tonumber(field() or ""), tonumber(field() or "", 8), tonumber(field() or "")
-    if not (path and size and mode and stored) or pos + stored - 1 > len then break end
-    local bytes = data:sub(pos, pos + stored - 1)
-    pos = pos + stored
-    local e = { path = path, size = size, mode = mode & 4095 }
-    if kind == "f" then
-      e.type, e.content, e.truncated = "file", bytes, stored < size
-    elseif kind == "l" then
-      e.type, e.target, e.size = "link", bytes, nil
-    else
-      e.type, e.error = "error", bytes
-    end
-    list[#list + 1] = e
-  end
-  table.sort(list, function(a, b) return a.path < b.path end)
-  return list, info
+  return unpacked(core().records_unpack(data))
+end
+
+--- M.unpack of the records in the file at `path`, at most `max` bytes of it, read in pieces
+-- straight into the entries (core.records_read): no string of the whole file is made.
+-- @return as M.unpack; a file that cannot be read holds no entry and is not complete
+function M.read(path, max)
+  local list, complete, seen, flags = core().records_read(path, max)
+  if not list then return M.unpack("") end
+  return unpacked(list, complete, seen, flags)
 end
 
 --- `list` (M.unpack's) within `caps`, from a producer that is not trusted to keep them (a

@@ -1,0 +1,319 @@
+/*
+ * corral.core: the records of a run's collection (csrc/launch/records.h), read into Lua tables.
+ *
+ * core.records_read(path, max) -> list, complete, seen, flags | nil, err, code
+ *   the records in at most `max` bytes of the regular file at path (never through a link at its
+ *   last name), read in pieces of RECORDS_BUF: a collection costs the strings of its contents
+ *   and no string of the whole (100 files of 10 KB: one copy each, no 1 MB string to copy from
+ *   and collect).
+ * core.records_unpack(data) -> list, complete, seen, flags
+ *   the records in a string (a session's kernel sends them in its answer).
+ *
+ * list: the entries sorted by path (byte order), each {path, type, size, mode, ...}: type "file"
+ * with content and truncated (size > #content), "link" with target (and no size), "error" with
+ * error (the errno name). seen: the end record's count of the entries looked at; flags: its list
+ * of what cut the list short, as written ("files,bytes"); complete: the end record was there.
+ * Neither source is trusted: a record cut short or not well formed ends the list (complete
+ * false), as a writer killed before its end record does; nothing in them can make either
+ * function raise or read past what it was given.
+ */
+#include "core.h"
+#include "../launch/records.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define RECORDS_MT "corral.records"
+#define RECORDS_BUF (64 * 1024)         /* a record head, or a file's content, that fits is read
+                                         * whole into it */
+
+/* A file being read, owned by a userdata so that a memory error while the tables are built
+ * cannot leak its fd (closed at the next collection then), and its buffer. */
+typedef struct recfile {
+  int fd;
+  char buf[RECORDS_BUF];
+} recfile;
+
+static int recfile_close(lua_State *L) {
+  recfile *f = (recfile *)luaL_checkudata(L, 1, RECORDS_MT);
+  if (f->fd >= 0) {
+    close(f->fd);
+    f->fd = -1;
+  }
+  return 0;
+}
+
+/* The bytes at hand, p[off..len): all of a string's, or what the buffer of a file holds. */
+typedef struct src {
+  const char *p;
+  size_t off, len;
+  recfile *f;                  /* NULL: a string */
+  unsigned long long left;     /* a file: the bytes it may still give (of max) */
+} src;
+
+/* Read what the buffer has room for, within left: 1, or 0 at the end (EOF, a read error, max). */
+static int src_fill(src *s) {
+  size_t room = RECORDS_BUF - s->len;
+  ssize_t r;
+  if (room > s->left) room = (size_t)s->left;
+  if (room == 0) return 0;
+  do
+    r = read(s->f->fd, s->f->buf + s->len, room);
+  while (r < 0 && errno == EINTR);
+  if (r <= 0) {
+    s->left = 0;
+    return 0;
+  }
+  s->len += (size_t)r;
+  s->left -= (unsigned long long)r;
+  return 1;
+}
+
+/* At least n bytes at hand (a file: n <= RECORDS_BUF; what it holds goes to the front first):
+ * 1, or 0 when the records end before. */
+static int src_want(src *s, size_t n) {
+  if (s->len - s->off >= n) return 1;
+  if (s->f == NULL || n > RECORDS_BUF) return 0;
+  memmove(s->f->buf, s->f->buf + s->off, s->len - s->off);
+  s->len -= s->off;
+  s->off = 0;
+  while (s->len < n)
+    if (!src_fill(s)) return 0;
+  return 1;
+}
+
+/* The next NUL-terminated field: a pointer to it (valid until the next read) and its length in
+ * *n, or NULL when the records end before its NUL (a file's field longer than the buffer too). */
+static const char *src_field(src *s, size_t *n) {
+  size_t looked = 0;
+  for (;;) {
+    const char *at = s->p + s->off;
+    const char *z = memchr(at + looked, '\0', s->len - s->off - looked);
+    if (z != NULL) {
+      *n = (size_t)(z - at);
+      s->off += *n + 1;
+      return at;
+    }
+    looked = s->len - s->off;
+    if (!src_want(s, looked + 1)) return NULL;
+  }
+}
+
+/* A field of digits only in base 8 or 10, at most 2^63 - 1: 1 and *v, else 0. */
+static int number(const char *f, size_t n, unsigned base, lua_Integer *v) {
+  unsigned long long x = 0;
+  size_t i;
+  if (n == 0 || n > 22) return 0;
+  for (i = 0; i < n; i++) {
+    unsigned d = (unsigned)(unsigned char)f[i] - '0';
+    if (d >= base) return 0;
+    if (x > ((unsigned long long)INT64_MAX - d) / base) return 0;
+    x = x * base + d;
+  }
+  *v = (lua_Integer)x;
+  return 1;
+}
+
+/* The next field as a number, or 0 when it is missing or not one. */
+static int number_field(src *s, unsigned base, lua_Integer *v) {
+  size_t n;
+  const char *f = src_field(s, &n);
+  return f != NULL && number(f, n, base, v);
+}
+
+/* Push the next n bytes as a string: 1, or 0 (nothing pushed) when the records end before. A
+ * file's content larger than the buffer is read straight into the string's buffer. */
+static int push_bytes(lua_State *L, src *s, size_t n) {
+  luaL_Buffer b;
+  char *d;
+  size_t have;
+  if (src_want(s, n)) {
+    lua_pushlstring(L, s->p + s->off, n);
+    s->off += n;
+    return 1;
+  }
+  if (s->f == NULL || n - (s->len - s->off) > s->left) return 0;
+  d = luaL_buffinitsize(L, &b, n);
+  have = s->len - s->off;
+  memcpy(d, s->p + s->off, have);
+  s->off = s->len = 0;
+  while (have < n) {
+    ssize_t r = read(s->f->fd, d + have, n - have);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      s->left = 0;
+      lua_pop(L, 1);
+      return 0;
+    }
+    have += (size_t)r;
+    s->left -= (unsigned long long)r;
+  }
+  luaL_pushresultsize(&b, n);
+  return 1;
+}
+
+/* One record into a table pushed on the stack: 1; 0 at the end record or where the records stop
+ * (nothing pushed; *complete set at the end record, *seen and the flags string pushed then). */
+static int next_entry(lua_State *L, src *s, int *complete, lua_Integer *seen) {
+  char kind[8];
+  size_t n;
+  lua_Integer size, mode, stored;
+  const char *f = src_field(s, &n);
+  if (f == NULL || n >= sizeof kind) return 0;
+  memcpy(kind, f, n);
+  kind[n] = '\0';
+  if (strcmp(kind, REC_END) == 0) {
+    *complete = 1;
+    if (!number_field(s, 10, seen)) *seen = 0;
+    f = src_field(s, &n);
+    lua_pushlstring(L, f != NULL ? f : "", f != NULL ? n : 0);
+    return 0;
+  }
+  f = src_field(s, &n);
+  if (f == NULL) return 0;
+  lua_pushlstring(L, f, n); /* the path: the buffer moves on */
+  if (!number_field(s, 10, &size) || !number_field(s, 8, &mode) || !number_field(s, 10, &stored) ||
+      (unsigned long long)stored > SIZE_MAX || !push_bytes(L, s, (size_t)stored)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  /* path, bytes -> {path, size, mode, type, content | target | error} */
+  lua_createtable(L, 0, 6);
+  lua_pushvalue(L, -3);
+  lua_setfield(L, -2, "path");
+  lua_pushinteger(L, mode & 07777);
+  lua_setfield(L, -2, "mode");
+  lua_pushvalue(L, -2);
+  if (strcmp(kind, REC_FILE) == 0) {
+    lua_setfield(L, -2, "content");
+    lua_pushstring(L, "file");
+    lua_pushboolean(L, stored < size);
+    lua_setfield(L, -3, "truncated");
+    lua_pushinteger(L, size);
+    lua_setfield(L, -3, "size");
+  } else if (strcmp(kind, REC_LINK) == 0) {
+    lua_setfield(L, -2, "target");
+    lua_pushstring(L, "link");
+  } else {
+    lua_setfield(L, -2, "error");
+    lua_pushstring(L, "error");
+    lua_pushinteger(L, size);
+    lua_setfield(L, -3, "size");
+  }
+  lua_setfield(L, -2, "type");
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+  return 1;
+}
+
+/* An entry's path, for the sort. */
+typedef struct keyed {
+  const char *path;
+  size_t len;
+  lua_Integer i;
+} keyed;
+
+static int by_path(const void *a, const void *b) {
+  const keyed *x = (const keyed *)a, *y = (const keyed *)b;
+  int c = memcmp(x->path, y->path, x->len < y->len ? x->len : y->len);
+  if (c != 0) return c;
+  if (x->len != y->len) return x->len < y->len ? -1 : 1;
+  return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The list at the top of the stack replaced by the same entries sorted by path. */
+static void sort_list(lua_State *L, lua_Integer n) {
+  keyed *k;
+  lua_Integer i;
+  int list = lua_gettop(L);
+  if (n < 2) return;
+  k = (keyed *)lua_newuserdatauv(L, (size_t)n * sizeof *k, 0);
+  for (i = 1; i <= n; i++) {
+    lua_rawgeti(L, list, i);
+    lua_getfield(L, -1, "path");
+    /* (the entry, which the list holds, keeps the string) */
+    k[i - 1].path = lua_tolstring(L, -1, &k[i - 1].len);
+    k[i - 1].i = i;
+    lua_pop(L, 2);
+  }
+  qsort(k, (size_t)n, sizeof *k, by_path);
+  lua_createtable(L, (int)n, 0);
+  for (i = 1; i <= n; i++) {
+    lua_rawgeti(L, list, k[i - 1].i);
+    lua_rawseti(L, -2, i);
+  }
+  lua_replace(L, list);
+  lua_pop(L, 1);
+}
+
+/* list, complete, seen, flags from s. */
+static int unpack(lua_State *L, src *s) {
+  lua_Integer n = 0, seen = 0;
+  int complete = 0, top;
+  lua_newtable(L);
+  top = lua_gettop(L);
+  while (next_entry(L, s, &complete, &seen)) lua_rawseti(L, top, ++n);
+  if (!complete) lua_pushliteral(L, "");
+  lua_pushvalue(L, top);
+  sort_list(L, n);
+  lua_pushboolean(L, complete);
+  lua_pushinteger(L, seen);
+  lua_pushvalue(L, top + 1); /* flags */
+  return 4;
+}
+
+/* core.records_unpack(data) -> list, complete, seen, flags */
+int corral_records_unpack(lua_State *L) {
+  src s;
+  memset(&s, 0, sizeof s);
+  s.p = luaL_checklstring(L, 1, &s.len);
+  lua_settop(L, 1); /* data stays on the stack: the fields point into it */
+  return unpack(L, &s);
+}
+
+/* core.records_read(path, max) -> list, complete, seen, flags | nil, err, code */
+int corral_records_read(lua_State *L) {
+  size_t plen;
+  const char *path = luaL_checklstring(L, 1, &plen);
+  lua_Integer max = luaL_checkinteger(L, 2);
+  struct stat st;
+  recfile *f;
+  src s;
+  int nret;
+  luaL_argcheck(L, plen > 0 && strlen(path) == plen, 1, "path is empty or contains a NUL byte");
+  luaL_argcheck(L, max >= 0 && max <= ((lua_Integer)1 << 40), 2, "max out of range");
+  lua_settop(L, 2);
+  f = (recfile *)lua_newuserdatauv(L, sizeof *f, 0);
+  f->fd = -1;
+  luaL_setmetatable(L, RECORDS_MT);
+  f->fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (f->fd < 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot open %s", path);
+  }
+  if (fstat(f->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    int e = S_ISREG(st.st_mode) ? errno : EINVAL;
+    close(f->fd);
+    f->fd = -1;
+    return corral_fail_errno(L, e, "%s is not a regular file", path);
+  }
+  memset(&s, 0, sizeof s);
+  s.p = f->buf;
+  s.f = f;
+  s.left = (unsigned long long)max;
+  nret = unpack(L, &s);
+  close(f->fd);
+  f->fd = -1;
+  return nret;
+}
+
+void corral_records_open(lua_State *L) {
+  luaL_newmetatable(L, RECORDS_MT);
+  lua_pushcfunction(L, recfile_close);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+}
