@@ -498,6 +498,21 @@ print("eof")
     end)
   end)
 
+  describe("write_file", function()
+    it("writes a list of strings as one, in as many writes as it takes", function()
+      local dir = assert(core.mkdtemp("/tmp/corral-test-XXXXXX"))
+      local parts = {}
+      for i = 1, 3000 do parts[i] = i % 3 == 0 and "" or tostring(i) .. ("-"):rep(i % 7) end
+      assert(core.write_file(dir .. "/f", parts, 384))
+      assert.are.equal(table.concat(parts), H.read(dir .. "/f"))
+      assert.are.equal(384, core.lstat(dir .. "/f").mode)
+      assert.is_nil((core.write_file(dir .. "/f", parts)))
+      assert.has_error(function() core.write_file(dir .. "/g", { "a", 1, {} }) end)
+      assert.is_false(core.exists(dir .. "/g"))
+      assert(core.rmtree(dir))
+    end)
+  end)
+
   describe("lock", function()
     it("is exclusive until closed", function()
       local path = os.tmpname()
