@@ -29,18 +29,29 @@ local function shown(s)
   return "'" .. s .. "'"
 end
 
+local find, byte, sub = string.find, string.byte, string.sub
+
 --- Why `path` is not a relative path inside the work dir, or nil.
 function M.path_problem(path)
-  if path == "" then return "is empty" end
-  if path:find("\0", 1, true) then return "holds a NUL byte" end
-  if #path > M.MAX_PATH then return "is longer than " .. M.MAX_PATH .. " bytes" end
-  if path:sub(1, 1) == "/" then return "is absolute: paths are relative to the work dir" end
-  for seg in (path .. "/"):gmatch("([^/]*)/") do
-    if seg == "" then return "has an empty segment (// or a trailing /)" end
-    if seg == "." or seg == ".." then return "has a '" .. seg .. "' segment" end
-    if #seg > M.MAX_SEGMENT then return "has a name longer than " .. M.MAX_SEGMENT .. " bytes" end
+  local n = #path
+  if n == 0 then return "is empty" end
+  if find(path, "\0", 1, true) then return "holds a NUL byte" end
+  if n > M.MAX_PATH then return "is longer than " .. M.MAX_PATH .. " bytes" end
+  if byte(path, 1) == 47 then return "is absolute: paths are relative to the work dir" end
+  -- segment by segment, by their bounds (no string made for a good one)
+  local start = 1
+  while true do
+    local slash = find(path, "/", start, true)
+    local stop = (slash or n + 1) - 1
+    local len = stop - start + 1
+    if len == 0 then return "has an empty segment (// or a trailing /)" end
+    if len <= 2 and byte(path, start) == 46 and (len == 1 or byte(path, stop) == 46) then
+      return "has a '" .. sub(path, start, stop) .. "' segment"
+    end
+    if len > M.MAX_SEGMENT then return "has a name longer than " .. M.MAX_SEGMENT .. " bytes" end
+    if not slash then return nil end
+    start = slash + 1
   end
-  return nil
 end
 
 -- The length of `v`, a table with keys 1..n only (a list), else an error naming the key found.
@@ -55,6 +66,11 @@ local function list_length(what, key, v, kind, level)
   return n
 end
 
+-- An entry of `files` for a message: its index and its path.
+local function entry_name(i, e)
+  return "entry " .. i .. " (" .. shown(e.path) .. ")"
+end
+
 --- Check `files`: a list of {path = string, content = string, mode = integer 0..0777}.
 -- @return the list, each entry a copy with its mode filled in (0644)
 function M.check_files(what, key, v, level)
@@ -64,36 +80,40 @@ function M.check_files(what, key, v, level)
   local out, seen = {}, {}
   for i = 1, n do
     local e = v[i]
-    local where = "entry " .. i
-    if type(e) ~= "table" then fail(what, key, where .. " must be a table {path, content, mode}, got " .. type(e), level) end
+    if type(e) ~= "table" then fail(what, key, "entry " .. i .. " must be a table {path, content, mode}, got " .. type(e), level) end
     for k in pairs(e) do
       if k ~= "path" and k ~= "content" and k ~= "mode" then
-        fail(what, key, where .. " has an unknown field " .. shown(tostring(k)) .. " (path, content, mode)", level)
+        fail(what, key, "entry " .. i .. " has an unknown field " .. shown(tostring(k)) .. " (path, content, mode)", level)
       end
     end
-    if type(e.path) ~= "string" then fail(what, key, where .. ": path must be a string, got " .. type(e.path), level) end
-    where = where .. " (" .. shown(e.path) .. ")"
-    local why = M.path_problem(e.path)
-    if why then fail(what, key, where .. ": the path " .. why, level) end
-    if type(e.content) ~= "string" then fail(what, key, where .. ": content must be a string, got " .. type(e.content), level) end
+    local path = e.path
+    if type(path) ~= "string" then fail(what, key, "entry " .. i .. ": path must be a string, got " .. type(path), level) end
+    local why = M.path_problem(path)
+    if why then fail(what, key, entry_name(i, e) .. ": the path " .. why, level) end
+    if type(e.content) ~= "string" then fail(what, key, entry_name(i, e) .. ": content must be a string, got " .. type(e.content), level) end
     local mode = e.mode
-    if mode == nil then mode = 420 end   -- 0644
-    if math.type(mode) ~= "integer" and not (type(mode) == "number" and mode == math.floor(mode)) then
-      fail(what, key, where .. ": mode must be a whole number (0 to 0777), got " .. tostring(mode), level)
+    if mode == nil then
+      mode = 420   -- 0644
+    elseif math.type(mode) ~= "integer" or mode < 0 or mode > 511 then
+      if math.type(mode) ~= "integer" and not (type(mode) == "number" and mode == math.floor(mode)) then
+        fail(what, key, entry_name(i, e) .. ": mode must be a whole number (0 to 0777), got " .. tostring(mode), level)
+      end
+      -- (a whole float beyond the integers, 1e300, has no integer value)
+      local m = math.tointeger(mode)
+      if not m or m < 0 or m > 511 then fail(what, key, entry_name(i, e) .. ": mode must be 0 to 0777 (511), got " .. tostring(mode), level) end
+      mode = m
     end
-    -- (a whole float beyond the integers, 1e300, has no integer value)
-    local m = math.tointeger(mode)
-    if not m or m < 0 or m > 511 then fail(what, key, where .. ": mode must be 0 to 0777 (511), got " .. tostring(mode), level) end
-    mode = m
-    if seen[e.path] then fail(what, key, where .. ": the path is given twice (entry " .. seen[e.path] .. ")", level) end
-    seen[e.path] = i
-    out[i] = { path = e.path, content = e.content, mode = mode }
+    if seen[path] then fail(what, key, entry_name(i, e) .. ": the path is given twice (entry " .. seen[path] .. ")", level) end
+    seen[path] = i
+    out[i] = { path = path, content = e.content, mode = mode }
   end
   -- a path through a file: "a" and "a/b"
   for i = 1, n do
     local p = out[i].path
-    for cut in p:gmatch("()/") do
-      local parent = p:sub(1, cut - 1)
+    local cut = find(p, "/", 1, true)
+    while cut do
+      local parent = sub(p, 1, cut - 1)
+      cut = find(p, "/", cut + 1, true)
       if seen[parent] then
         fail(what, key, "entry " .. i .. " (" .. shown(p) .. "): the path goes through the file of entry "
           .. seen[parent] .. " (" .. shown(parent) .. ")", level)
