@@ -18,9 +18,11 @@ function M.cleanup(run)
   local err
   live[run] = nil
   if run.top then
-    -- what make made, when that is all there is (the work dir is a tmpfs of the run's own
-    -- mount namespace, so empty here): four calls, not a walk of the tree
+    -- what make and write_files made, when that is all there is (the work dir is a tmpfs of
+    -- the run's own mount namespace, so empty here): a call each, not a walk of the tree
     local top = run.top
+    if run.files_in then os.remove(run.files_in) end
+    if run.files_out then os.remove(run.files_out) end
     if not (run.code_path and (os.remove(run.code_path) or not run.code_written)
             and os.remove(run.code_dir) and os.remove(run.workdir) and os.remove(top)) then
       local ok, e = core.rmtree(top)
