@@ -430,6 +430,34 @@ print("eof")
       end)
     end
 
+    it("gives a file that holds what it was given the given string itself, and nothing else", function()
+      local given = { ["in/a"] = ("a"):rep(5000), ["b"] = "", ["c"] = "ccc" }
+      local data = rec("s", "in/a", 5000, "644", "") .. rec("s", "b", 0, "600", "") .. F1 .. rec_end(3, "")
+      local want = {
+        { path = "b", type = "file", size = 0, mode = 384, content = "", truncated = false },
+        WANT[3],
+        { path = "in/a", type = "file", size = 5000, mode = 420, content = given["in/a"], truncated = false },
+      }
+      for _, list in ipairs({ { core.records_unpack(data, given) }, (function()
+        assert(core.write_file(dir .. "/r", data))
+        return { core.records_read(dir .. "/r", 1 << 30, given) }
+      end)() }) do
+        same(want, list[1])
+        assert.is_true(list[2])
+        assert.is_true(rawequal(given["in/a"], list[1][3].content))
+      end
+      -- not given, another size, bytes stored with it, no table: the list stops there
+      for _, bad in ipairs({ rec("s", "x", 1, "644", ""), rec("s", "c", 2, "644", ""), rec("s", "c", 3, "644", "ccc") }) do
+        local list, complete = core.records_unpack(F1 .. bad .. rec_end(2, ""), given)
+        same({ WANT[3] }, list)
+        assert.is_false(complete)
+      end
+      local list, complete = core.records_unpack(F1 .. rec("s", "c", 3, "644", "") .. rec_end(2, ""))
+      same({ WANT[3] }, list)
+      assert.is_false(complete)
+      assert.has_error(function() core.records_unpack(data, "given") end)
+    end)
+
     it("sorts by the bytes of the paths", function()
       local names = { "b", "a/b", "a", "B", "a0", "\255", "a\1" }
       local data = {}

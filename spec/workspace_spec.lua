@@ -159,6 +159,39 @@ os.link("out/a.png", "out/hard.png")
       assert.is_nil(r.files_truncated)
     end)
 
+    it("a collected file that holds what it was given comes back as the very string; a changed one as it is (" .. name .. ")", function()
+      local files = {
+        { path = "same.txt", content = "same" }, { path = "d/big.bin", content = ("z"):rep(100000) },
+        { path = "samesize.txt", content = "abcd" }, { path = "grown.txt", content = "g" },
+        { path = "moved.txt", content = "m" }, { path = "chmod.txt", content = "c", mode = 384 },
+        { path = "empty", content = "" },
+      }
+      local r = run([[
+import os
+open("samesize.txt", "r+").write("ABCD")
+open("grown.txt", "a").write("+")
+os.rename("moved.txt", "moved2.txt")
+open("moved.txt", "w").write("M")
+os.chmod("chmod.txt", 0o640)
+]], { policy = pol, files = files, collect = { "**" } })
+      assert.are.equal(0, r.returncode, r.stderr)
+      local f = by_path(r.files)
+      local want = { ["same.txt"] = "same", ["d/big.bin"] = files[2].content, ["samesize.txt"] = "ABCD",
+                     ["grown.txt"] = "g+", ["moved.txt"] = "M", ["moved2.txt"] = "m", ["chmod.txt"] = "c", empty = "" }
+      local n = 0
+      for path, content in pairs(want) do
+        n = n + 1
+        assert.are.equal(content, f[path].content, path)
+        assert.are.equal(#content, f[path].size, path)
+        assert.is_false(f[path].truncated, path)
+      end
+      assert.are.equal(n, #r.files)
+      assert.are.equal(416, f["chmod.txt"].mode)
+      assert.is_true(rawequal(files[1].content, f["same.txt"].content))
+      assert.is_true(rawequal(files[2].content, f["d/big.bin"].content))
+      assert.is_nil(r.files_truncated)
+    end)
+
     it("collect = true: what the run made or changed, not what it was given (" .. name .. ")", function()
       local r = run([[
 open("changed.txt", "a").write("+")
@@ -216,6 +249,28 @@ for i in range(4):
       for _, f in ipairs(r.files) do
         assert.are.equal(2000, f.size)
         assert.is_true(f.truncated)
+        assert.is_true(#f.content <= 1048)
+        kept = kept + #f.content
+      end
+      assert.are.equal(math.floor(0.003 * 1048576), kept)
+      assert.are.same({ "bytes" }, r.files_truncated)
+    end)
+
+    it("a given file left as it was counts against the caps as one sent back", function()
+      local small = { { path = "f0", content = ("@"):rep(500) } }
+      local r = run("pass", { policy = capped, files = small, collect = { "*" } })
+      assert.is_true(rawequal(small[1].content, r.files[1].content))
+      assert.is_nil(r.files_truncated)
+      -- over the per-file cap: its first bytes, as for a file the run made, until the total
+      local files = {}
+      for i = 1, 4 do files[i] = { path = "f" .. i, content = string.char(64 + i):rep(2000) } end
+      r = run("pass", { policy = capped, files = files, collect = { "*" } })
+      assert.are.equal(4, #r.files)
+      local kept = 0
+      for i, f in ipairs(r.files) do
+        assert.are.equal(2000, f.size)
+        assert.is_true(f.truncated)
+        assert.are.equal(files[i].content:sub(1, #f.content), f.content)
         assert.is_true(#f.content <= 1048)
         kept = kept + #f.content
       end

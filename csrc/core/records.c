@@ -1,13 +1,17 @@
 /*
  * corral.core: the records of a run's collection (csrc/launch/records.h), read into Lua tables.
  *
- * core.records_read(path, max) -> list, complete, seen, flags | nil, err, code
+ * core.records_read(path, max[, given]) -> list, complete, seen, flags | nil, err, code
  *   the records in at most `max` bytes of the regular file at path (never through a link at its
  *   last name), read in pieces of RECORDS_BUF: a collection costs the strings of its contents
  *   and no string of the whole (100 files of 10 KB: one copy each, no 1 MB string to copy from
  *   and collect).
- * core.records_unpack(data) -> list, complete, seen, flags
+ * core.records_unpack(data[, given]) -> list, complete, seen, flags
  *   the records in a string (a session's kernel sends them in its answer).
+ * given: the run's files in, path -> content. A file that holds what it was given comes as a
+ *   record without its bytes (REC_GIVEN): its content is given[path], the same string, which
+ *   must be there with the size the record says. Without given, such a record is not well
+ *   formed.
  *
  * list: the entries sorted by path (byte order), each {path, type, size, mode, ...}: type "file"
  * with content and truncated (size > #content), "link" with target (and no size), "error" with
@@ -158,7 +162,7 @@ static int push_bytes(lua_State *L, src *s, size_t n) {
 
 /* One record into a table pushed on the stack: 1; 0 at the end record or where the records stop
  * (nothing pushed; *complete set at the end record, *seen and the flags string pushed then). */
-static int next_entry(lua_State *L, src *s, int *complete, lua_Integer *seen) {
+static int next_entry(lua_State *L, src *s, int given, int *complete, lua_Integer *seen) {
   char kind[8];
   size_t n;
   lua_Integer size, mode, stored;
@@ -180,6 +184,23 @@ static int next_entry(lua_State *L, src *s, int *complete, lua_Integer *seen) {
       (unsigned long long)stored > SIZE_MAX || !push_bytes(L, s, (size_t)stored)) {
     lua_pop(L, 1);
     return 0;
+  }
+  if (strcmp(kind, REC_GIVEN) == 0) {
+    /* the bytes given at this path, which the file still holds: given[path] */
+    size_t len;
+    if (given == 0 || stored != 0) {
+      lua_pop(L, 2);
+      return 0;
+    }
+    lua_pushvalue(L, -2);
+    lua_rawget(L, given);
+    if (lua_type(L, -1) != LUA_TSTRING || (lua_tolstring(L, -1, &len), (lua_Integer)len != size)) {
+      lua_pop(L, 3);
+      return 0;
+    }
+    lua_replace(L, -2);
+    memcpy(kind, REC_FILE, sizeof REC_FILE);
+    stored = size;
   }
   /* path, bytes -> {path, size, mode, type, content | target | error} */
   lua_createtable(L, 0, 6);
@@ -250,13 +271,13 @@ static void sort_list(lua_State *L, lua_Integer n) {
   lua_pop(L, 1);
 }
 
-/* list, complete, seen, flags from s. */
-static int unpack(lua_State *L, src *s) {
+/* list, complete, seen, flags from s; given: the stack index of the table of contents given, or 0. */
+static int unpack(lua_State *L, src *s, int given) {
   lua_Integer n = 0, seen = 0;
   int complete = 0, top;
   lua_newtable(L);
   top = lua_gettop(L);
-  while (next_entry(L, s, &complete, &seen)) lua_rawseti(L, top, ++n);
+  while (next_entry(L, s, given, &complete, &seen)) lua_rawseti(L, top, ++n);
   if (!complete) lua_pushliteral(L, "");
   lua_pushvalue(L, top);
   sort_list(L, n);
@@ -266,16 +287,25 @@ static int unpack(lua_State *L, src *s) {
   return 4;
 }
 
-/* core.records_unpack(data) -> list, complete, seen, flags */
-int corral_records_unpack(lua_State *L) {
-  src s;
-  memset(&s, 0, sizeof s);
-  s.p = luaL_checklstring(L, 1, &s.len);
-  lua_settop(L, 1); /* data stays on the stack: the fields point into it */
-  return unpack(L, &s);
+/* The index of the optional table of contents given at arg, or 0. */
+static int given_arg(lua_State *L, int arg) {
+  if (lua_isnoneornil(L, arg)) return 0;
+  luaL_checktype(L, arg, LUA_TTABLE);
+  return arg;
 }
 
-/* core.records_read(path, max) -> list, complete, seen, flags | nil, err, code */
+/* core.records_unpack(data[, given]) -> list, complete, seen, flags */
+int corral_records_unpack(lua_State *L) {
+  src s;
+  int given;
+  memset(&s, 0, sizeof s);
+  s.p = luaL_checklstring(L, 1, &s.len);
+  given = given_arg(L, 2);
+  lua_settop(L, 2); /* data stays on the stack: the fields point into it */
+  return unpack(L, &s, given);
+}
+
+/* core.records_read(path, max[, given]) -> list, complete, seen, flags | nil, err, code */
 int corral_records_read(lua_State *L) {
   size_t plen;
   const char *path = luaL_checklstring(L, 1, &plen);
@@ -283,10 +313,11 @@ int corral_records_read(lua_State *L) {
   struct stat st;
   recfile *f;
   src s;
-  int nret;
+  int nret, given;
   luaL_argcheck(L, plen > 0 && strlen(path) == plen, 1, "path is empty or contains a NUL byte");
   luaL_argcheck(L, max >= 0 && max <= ((lua_Integer)1 << 40), 2, "max out of range");
-  lua_settop(L, 2);
+  given = given_arg(L, 3);
+  lua_settop(L, 3);
   f = (recfile *)lua_newuserdatauv(L, sizeof *f, 0);
   f->fd = -1;
   luaL_setmetatable(L, RECORDS_MT);
@@ -305,7 +336,7 @@ int corral_records_read(lua_State *L) {
   s.p = f->buf;
   s.f = f;
   s.left = (unsigned long long)max;
-  nret = unpack(L, &s);
+  nret = unpack(L, &s, given);
   close(f->fd);
   f->fd = -1;
   return nret;

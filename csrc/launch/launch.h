@@ -217,6 +217,14 @@ struct workspace_state {
 		struct timespec ctime;
 	} *kept;
 	size_t nkept, kept_cap;
+	/* with a collection: the files unpacked by path, sorted, and where their bytes are in
+	 * --files-in (in_fd is kept open for it), so that a file collected with the same bytes
+	 * goes back as given */
+	struct workspace_given {
+		char *path;
+		unsigned long long off, size;
+	} *given;
+	size_t ngiven, given_cap;
 };
 
 /* child.c: what the program's parent prepared for it */

@@ -11,6 +11,8 @@
 #define REC_FILE "f"            /* a regular file: the first STORED of its SIZE bytes */
 #define REC_LINK "l"            /* a symbolic link: its target, never followed */
 #define REC_ERROR "e"           /* a file that could not be read: the errno name */
+#define REC_GIVEN "s"           /* a regular file with the bytes it was given (--files-in at the
+				 * same path): SIZE bytes, none stored (STORED is 0) */
 #define REC_END "end"           /* the end: entries looked at, what cut the list short */
 
 #endif

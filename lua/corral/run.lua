@@ -120,10 +120,11 @@ function M.write_files(run, o)
 end
 
 --- What the launcher collected, read back: the result's `files`, and how the list was cut.
--- At most what the policy's caps let the launcher write (workspace.records_max).
-local function read_collected(pol, run)
+-- At most what the policy's caps let the launcher write (workspace.records_max); a file that
+-- holds the bytes it was given gets them from `o.files`.
+local function read_collected(pol, o, run)
   local ws = require "corral.workspace"
-  return ws.read(run.files_out, ws.records_max(ws.caps(pol)))
+  return ws.read(run.files_out, ws.records_max(ws.caps(pol)), o.files)
 end
 
 --- The end of a run: its result from the policy, its directory and uid given back, then
@@ -139,7 +140,7 @@ function M.finisher(pol, o, run, host, done)
     end
     if pok and res and run.files_out then
       local info
-      res.files, info = read_collected(pol, run)
+      res.files, info = read_collected(pol, o, run)
       -- what cut the list short; "lost": the launcher was killed while it wrote
       res.files_truncated = #info.flags > 0 and info.flags or nil
       if not info.complete then res.files_truncated = { "lost" } end

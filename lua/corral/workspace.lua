@@ -234,21 +234,31 @@ end
 --- What corral-launch --collect-to wrote (or a session's kernel sent): the entries, and what cut
 -- the list short. The records are parsed in C (core.records_unpack); nothing in them can make
 -- it raise.
+-- @param given the run's `files` (checked), or nil: a file the run left with the bytes it was
+-- given comes back as a record without them, and its content is the given string itself
 -- @return list of {path, type ("file", "link", "error"), size, mode, content, truncated, target,
 -- error}, sorted by path; and a table: `complete` (false: the writer did not finish: killed),
 -- `flags` (list of what a cap cut: files, bytes, scan, depth, name, interrupted), `seen`
 -- (entries looked at)
-function M.unpack(data)
-  return unpacked(core().records_unpack(data))
+function M.unpack(data, given)
+  return unpacked(core().records_unpack(data, M.by_path(given)))
 end
 
 --- M.unpack of the records in the file at `path`, at most `max` bytes of it, read in pieces
 -- straight into the entries (core.records_read): no string of the whole file is made.
 -- @return as M.unpack; a file that cannot be read holds no entry and is not complete
-function M.read(path, max)
-  local list, complete, seen, flags = core().records_read(path, max)
+function M.read(path, max, given)
+  local list, complete, seen, flags = core().records_read(path, max, M.by_path(given))
   if not list then return M.unpack("") end
   return unpacked(list, complete, seen, flags)
+end
+
+--- `files` (checked) as a table path -> content, or nil.
+function M.by_path(files)
+  if not files then return nil end
+  local t = {}
+  for _, e in ipairs(files) do t[e.path] = e.content end
+  return t
 end
 
 --- `list` (M.unpack's) within `caps`, from a producer that is not trusted to keep them (a
