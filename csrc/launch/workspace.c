@@ -36,6 +36,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -620,6 +621,25 @@ static void emit_link(struct walk *w, int dfd, const char *name, const struct st
 	w_put(w, target, (size_t)n);
 }
 
+/* Whether a[0..n) and b[0..n) are equal: eight bytes at a time (musl's memcmp, which corral-init
+ * links, goes a byte at a time: 1 ms for 1 MB). */
+static int same_bytes(const char *a, const char *b, size_t n)
+{
+	uint64_t x, y;
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&x, a + i, 8);
+		memcpy(&y, b + i, 8);
+		if (x != y)
+			return 0;
+	}
+	for (; i < n; i++)
+		if (a[i] != b[i])
+			return 0;
+	return 1;
+}
+
 /* Whether the open regular file at w->path holds, whole within the caps, the bytes it was given
  * (the caller has them: they need not come back): 1; 0 when not, the file back at its start; -1
  * with errno when it cannot be read again. */
@@ -641,7 +661,7 @@ static int as_given(struct walk *w, int fd, const struct stat *st)
 		if (a < 0 && errno == EINTR)
 			continue;
 		b = a > 0 ? pread(ws->in_fd, given_chunk, (size_t)a, (off_t)(g->off + done)) : -1;
-		same = a > 0 && b == a && memcmp(chunk, given_chunk, (size_t)a) == 0;
+		same = a > 0 && b == a && same_bytes(chunk, given_chunk, (size_t)a);
 		done += a > 0 ? (unsigned long long)a : 0;
 	}
 	/* and nothing after them (a file growing since fstat: nothing of the run runs, but still) */
