@@ -122,6 +122,9 @@ static void check_success(const struct args *a, const struct plan *p, const char
 	FUZZ_CHECK(p->report_fd >= -1, "report_fd %d", p->report_fd);
 	FUZZ_CHECK(p->status_fd == -1 || (p->status_fd >= 3 && p->status_fd <= 1023 &&
 					  p->status_fd != p->report_fd), "status_fd %d", p->status_fd);
+	FUZZ_CHECK(p->files_wait_fd == -1 || (p->files_wait_fd >= 3 && p->files_wait_fd <= 1023 &&
+					      p->files_wait_fd != p->report_fd && p->status_fd == -1 &&
+					      p->files_in != NULL), "files_wait_fd %d", p->files_wait_fd);
 	FUZZ_CHECK(p->mode != PLAN_RELAY || (p->status_fd >= 3 && p->report_fd == -1),
 		   "relay with status_fd %d, report_fd %d", p->status_fd, p->report_fd);
 	FUZZ_CHECK(p->parent_pid >= 0, "parent_pid %d", (int)p->parent_pid);

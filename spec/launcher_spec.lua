@@ -52,6 +52,10 @@ describe("corral-launch", function()
     { "--status-fd 2 -- /bin/true", "out of range" },
     { "--report-fd 3 --status-fd 3 -- /bin/true 3>/dev/null", "--status-fd 3 is the report fd" },
     { "--code-at /run/code -- /bin/true", "--code-at needs --ro-bind" },
+    { "--files-wait-fd 4 -- /bin/true", "--files-wait-fd 4 needs --files-in" },
+    { "--files-wait-fd 2 --files-in /x --chdir /tmp -- /bin/true", "out of range" },
+    { "--report-fd 3 --files-wait-fd 3 --files-in /x --chdir /tmp -- /bin/true 3>/dev/null", "is not the report fd" },
+    { "--status-fd 5 --files-wait-fd 4 --files-in /x --chdir /tmp -- /bin/true", "goes without --status-fd" },
     { "--ro-bind /usr --code-at run/corral -- /bin/true", "not an absolute path" },
     { "--ro-bind /usr --code-at /run/./corral -- /bin/true", "'.'" },
     { "--ro-bind /usr --work-tmpfs 1024 --chdir /tmp --work-at /home/s --code-at /home/s/c -- /bin/true", "overlap" },
@@ -144,6 +148,52 @@ describe("corral-launch", function()
     assert.are.same({ kind = "exit", code = 0 }, rep.status)
     assert.is_truthy(rep.usage and rep.usage.user_us + rep.usage.sys_us > 0)
     assert.is_truthy(out:find("b /tmp", 1, true))
+  end)
+
+  describe("the files of --files-wait-fd", function()
+    -- records of --files-in (csrc/launch/workspace.c): PATH \0 MODE \0 SIZE \0 and the bytes
+    local function records(list)
+      local t = {}
+      for _, f in ipairs(list) do t[#t + 1] = f[1] .. "\0" .. f[2] .. "\0" .. #f[3] .. "\0" .. f[3] end
+      return table.concat(t)
+    end
+    -- the program reads fd 5 to its end (not there: the files came first), then says what is in
+    -- its work dir
+    local PROG = "/bin/sh -c '(cat <&5) >/dev/null 2>&1; echo ran && cat in/a in/b'"
+    local function files_run(recs, ns)
+      local top = H.sh("mktemp -d /tmp/corral-fw-XXXXXX"):gsub("%s+$", "")
+      local f = assert(io.open(top .. "/in", "wb"))
+      f:write(recs)
+      f:close()
+      assert(os.execute("mkdir " .. top .. "/work"))
+      local out = launch("--report-fd 3 " .. ns .. " --work-tmpfs 1048576 --chdir " .. top .. "/work --files-in " .. top ..
+        "/in --files-wait-fd 5 -- " .. PROG .. " 3>&1")
+      H.sh("rm -rf " .. top)
+      return out, report.parse(out)
+    end
+
+    for _, ns in ipairs({ "--pidns", "--no-pidns" }) do
+      it("are there when the program has read the fd to its end (" .. ns .. ")", function()
+        local out, rep = files_run(records({ { "in/a", "644", "A\n" }, { "in/b", "600", "B\n" } }), ns)
+        assert.are.equal(0, status(out), out)
+        assert.is_truthy(out:find("ran\nA\nB\n", 1, true), out)
+        assert.are.equal("2", rep.applied["files-in"], out)
+      end)
+    end
+
+    it("that cannot be made end the run before the program reads EOF there", function()
+      -- the second record is not one (a mode that is not octal): the program was started, and is
+      -- killed while it waits
+      local out, rep = files_run(records({ { "in/a", "644", "A\n" } }) .. "in/b\0" .. "999\0" .. "1\0B", "--pidns")
+      assert.are.equal(125, status(out), out)
+      -- (the program's own steps before its execve report empty-env: it was started)
+      assert.is_truthy(rep.applied["empty-env"], out)
+      assert.is_falsy(out:find("ran", 1, true), out)
+      assert.are.equal("files-in", rep.fatal and rep.fatal.step, out)
+      assert.is_truthy(rep.fatal.message:find("in/b", 1, true), out)
+      assert.is_nil(rep.pid)
+      assert.is_nil(rep.status)
+    end)
   end)
 
   describe("the work dir at --work-at", function()

@@ -235,6 +235,20 @@ time.sleep(0.3)
     end)
   end
 
+  -- the default policy's program starts while its files are made (--files-wait-fd); a warm
+  -- one's after: either way the code does not run
+  for _, name in ipairs({ "default", "warm" }) do
+    it("files that do not fit in the work dir end the run before its code, naming the file (" .. name .. ")", function()
+      local files = {}
+      for i = 1, 1000 do files[i] = { path = "d" .. i .. "/f", content = "x" } end
+      local res, err, code = corral.run_python("print('ran')",
+        { policy = policy.load(name):extend { name = "small", work_mb = 1 }, files = files })
+      assert.is_nil(res)
+      assert.are.equal("ENOSPC", code)
+      assert.matches("files%-in: d%d+/f: the program's files do not fit in the work dir", err)
+    end)
+  end
+
   describe("caps", function()
     local capped = policy.load("default"):extend { name = "capped", max_files_out = 5, max_file_out_mb = 0.001,
                                                    max_files_out_mb = 0.003 }

@@ -290,6 +290,27 @@ static int step_status_fd(const struct launch *L, int *errfd)
 	return dup2(w, n) < 0 ? -1 : 0;
 }
 
+/* --files-wait-fd N: the read end of the pipe the init closes once the program's files are in,
+ * kept at fd N through execve as --status-fd's write end is (the two do not go together:
+ * plan.c); the error pipe is moved off N. */
+static int step_files_wait_fd(const struct launch *L, int *errfd)
+{
+	int n = L->plan->files_wait_fd, r = L->ws.wait_rfd;
+
+	if (n < 0 || r < 0)
+		return 0;
+	if (*errfd == n) {
+		int moved = fcntl(n, F_DUPFD_CLOEXEC, n + 1);
+
+		if (moved < 0)
+			return -1;
+		*errfd = moved;
+	}
+	if (r == n)
+		return fcntl(n, F_SETFD, 0);
+	return dup2(r, n) < 0 ? -1 : 0;
+}
+
 /* In the init, before it starts the program: with --prestart, before the wait, so that the
  * ruleset's paths are opened and its rules added while no run waits. The program enforces it. The
  * paths are opened as the launcher's user, after the mounts, as the program would open them.
@@ -444,7 +465,7 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 		die(errfd, W_CHDIR, errno);
 	if (step_close_fds() != 0)
 		die(errfd, W_FDS, errno);
-	if (step_status_fd(L, &errfd) != 0)
+	if (step_status_fd(L, &errfd) != 0 || step_files_wait_fd(L, &errfd) != 0)
 		die(errfd, W_FDS, errno);
 	report_applied("empty-env");
 	if (L->run_program)

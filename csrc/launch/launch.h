@@ -225,6 +225,9 @@ struct workspace_state {
 		unsigned long long off, size;
 	} *given;
 	size_t ngiven, given_cap;
+	/* --files-wait-fd: the pipe the program reads to its EOF before it runs its code, while the
+	 * init unpacks; -1: none */
+	int wait_rfd, wait_wfd;
 };
 
 /* child.c: what the program's parent prepared for it */
@@ -593,6 +596,10 @@ void budget_cleanup(struct launch *L);
 int workspace_open(struct launch *L);   /* --files-in and --collect-to, before the mounts */
 int workspace_in(struct launch *L);     /* the files into the work dir, before the program; -1:
 					 * fatal, reported */
+/* --files-wait-fd, for the init: 1 when the program is to start before the files are in (the pipe
+ * made), 0 when not, -1 when the pipe cannot be made (fatal, reported) */
+int workspace_wait_open(struct launch *L);
+void workspace_wait_close(struct launch *L);    /* the program may run its code: EOF on its end */
 void workspace_collect(struct launch *L);       /* after every process of the run is dead */
 
 /* ---- probe.c ---- */

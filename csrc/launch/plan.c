@@ -86,6 +86,10 @@ static const char help_text[] =
 	"  --files-in FILE       records PATH\\0MODE\\0SIZE\\0 and SIZE bytes: files\n"
 	"                        made in --chdir (relative paths) before the\n"
 	"                        program starts, with its uid and gid\n"
+	"  --files-wait-fd N     the program reads fd N to its end before it runs\n"
+	"                        its code: the init starts it first and makes the\n"
+	"                        files of --files-in meanwhile, then closes N's\n"
+	"                        other end\n"
 	"  --collect GLOB        repeatable (at most 64); after the run, the files\n"
 	"                        under --chdir whose relative path matches GLOB\n"
 	"                        (\"**\" matches any number of directories) are\n"
@@ -430,7 +434,7 @@ enum opt {
 	O_DENY_TCP, O_SCOPE, O_DENY_SOCKETS, O_DENY_SOCKETS_NONS, O_UNIX_PAIRS, O_CGROUP_REQUIRE,
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD, O_RELAY,
 	O_STATUS_FD,
-	O_PRESTART, O_FILES_IN, O_COLLECT, O_COLLECT_ALL, O_COLLECT_TO, O_COLLECT_MAX,
+	O_PRESTART, O_FILES_IN, O_FILES_WAIT_FD, O_COLLECT, O_COLLECT_ALL, O_COLLECT_TO, O_COLLECT_MAX,
 	O_COUNT
 };
 
@@ -487,6 +491,7 @@ static const struct {
 	[O_HELD] = { "--held", 0, 0 },
 	[O_PRESTART] = { "--prestart", 0, 0 },
 	[O_FILES_IN] = { "--files-in", 1, 0 },
+	[O_FILES_WAIT_FD] = { "--files-wait-fd", 1, 0 },
 	[O_COLLECT] = { "--collect", 1, 1 },
 	[O_COLLECT_ALL] = { "--collect-all", 0, 0 },
 	[O_COLLECT_TO] = { "--collect-to", 1, 0 },
@@ -732,6 +737,11 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 		else
 			p->collect_to = v;
 		return 0;
+	case O_FILES_WAIT_FD:
+		if (number("--files-wait-fd", v, 3, 1023, &n, err, errlen))
+			return -1;
+		p->files_wait_fd = (int)n;
+		return 0;
 	case O_COLLECT:
 		return parse_collect(p, v, err, errlen);
 	case O_COLLECT_ALL:
@@ -758,6 +768,7 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	memset(p, 0, sizeof *p);
 	p->report_fd = -1;
 	p->status_fd = -1;
+	p->files_wait_fd = -1;
 	p->sweep_uid = 1;
 	p->budget_poll_ms = PLAN_POLL_MS_DEFAULT;
 	p->flush_ms = PLAN_FLUSH_MS_DEFAULT;
@@ -893,6 +904,12 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	}
 	if ((p->files_in || p->collect_to) && (!p->chdir || p->chdir[0] != '/')) {
 		fail(err, errlen, "--files-in and --collect-to need an absolute --chdir (the work dir)");
+		goto bad;
+	}
+	if (p->files_wait_fd >= 0 && (!p->files_in || p->status_fd >= 0 ||
+				       p->files_wait_fd == p->report_fd)) {
+		fail(err, errlen, "--files-wait-fd %d needs --files-in, goes without --status-fd, and "
+		     "is not the report fd", p->files_wait_fd);
 		goto bad;
 	}
 	if (!p->collect_to != !(p->ncollect || p->collect_all)) {

@@ -98,6 +98,9 @@ struct plan {
 				     * instead of its own path, or NULL (mounts.c) */
 	/* The program's files (workspace.c): into --chdir before it starts, out after the run. */
 	const char *files_in;       /* --files-in FILE, or NULL */
+	int files_wait_fd;          /* --files-wait-fd N: the program reads fd N to its EOF before
+				     * it runs its code, so the init may start it first and unpack
+				     * meanwhile (workspace.c). -1: none */
 	const char *collect_to;     /* --collect-to FILE, or NULL */
 	const char *collect[PLAN_COLLECT_MAX];      /* --collect GLOB, relative to --chdir */
 	size_t ncollect;

@@ -26,4 +26,5 @@ void launch_init(struct launch *L)
 	L->child.prepared.ll.fd = -1;
 	L->child.status_wfd = -1;
 	L->ws.in_fd = L->ws.collect_fd = -1;
+	L->ws.wait_rfd = L->ws.wait_wfd = -1;
 }

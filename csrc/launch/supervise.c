@@ -254,10 +254,32 @@ static void init_prepare(struct launch *L)
 	seccomp_load_early(L->plan);
 }
 
+/* --files-wait-fd: the program, started, waits for its files while the init makes them (its
+ * interpreter starts meanwhile, on another CPU when there is one). Then the init closes the pipe,
+ * and the program goes on to its code. When they cannot be made, the program is killed and
+ * reaped before it can read EOF there: the run ends as when the files are made first. */
+static int files_in_late(struct launch *L, struct prog *c)
+{
+	close(L->ws.wait_rfd);
+	L->ws.wait_rfd = -1;
+	if (workspace_in(L) == 0) {
+		workspace_wait_close(L);
+		return 0;
+	}
+	kill(c->pid, SIGKILL);
+	workspace_wait_close(L);
+	while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	close(c->errfd);
+	c->errfd = -1;
+	return -1;
+}
+
 static NORETURN void init_main(struct launch *L, int outfd)
 {
 	struct prog c;
 	struct outcome o = { OUTCOME_EXIT, EXIT_SETUP };
+	int late = 0;
 
 	/* Like the launcher: no process of our uid may ptrace us or take our fds (the report
 	 * fd). */
@@ -267,12 +289,17 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	args_hide();
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
 		_exit(EXIT_SETUP);
-	if (mounts_apply(L) == 0 && workspace_in(L) == 0) {
+	/* the files are made before the program starts, or while it starts and waits for them
+	 * (not corral-zygote's program: forked, it would keep the pipe's write end) */
+	if (mounts_apply(L) == 0 &&
+	    (late = L->start_program || L->run_program ? 0 : workspace_wait_open(L)) >= 0 &&
+	    (late || workspace_in(L) == 0)) {
 		/* corral-zygote's program is started ahead too, and waits for the run itself */
 		int ahead = L->start_program && L->plan->prestart;
 
 		init_prepare(L);
-		if ((ahead || prestart_wait(L) == 0) && prog_start(L, &c) == 0) {
+		if ((ahead || prestart_wait(L) == 0) && prog_start(L, &c) == 0 &&
+		    (!late || files_in_late(L, &c) == 0)) {
 			null_stdio();
 			init_watch(L, &c, &o);
 		}

@@ -452,6 +452,32 @@ int workspace_in(struct launch *L)
 	return 0;
 }
 
+/* ---- the program's wait ---- */
+
+int workspace_wait_open(struct launch *L)
+{
+	int fds[2];
+
+	if (L->plan->files_wait_fd < 0 || L->ws.in_fd < 0)
+		return 0;
+	if (pipe2(fds, O_CLOEXEC) != 0) {
+		report_fatal(W_PIPE, errno, NULL);
+		return -1;
+	}
+	L->ws.wait_rfd = fds[0];
+	L->ws.wait_wfd = fds[1];
+	return 1;
+}
+
+void workspace_wait_close(struct launch *L)
+{
+	if (L->ws.wait_rfd >= 0)
+		close(L->ws.wait_rfd);
+	if (L->ws.wait_wfd >= 0)
+		close(L->ws.wait_wfd);
+	L->ws.wait_rfd = L->ws.wait_wfd = -1;
+}
+
 /* ---- out ---- */
 
 enum { F_FILES = 1, F_BYTES = 2, F_SCAN = 4, F_DEPTH = 8, F_NAME = 16, F_WRITE = 32 };

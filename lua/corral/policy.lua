@@ -324,6 +324,13 @@ function Policy:prepare(opts, host)
   return o
 end
 
+--- Whether the run's program starts before its files are made and waits for them (corral-launch
+-- --files-wait-fd, corral.prelude's waiting source): a cold run with files through the prelude.
+-- The launcher makes them meanwhile, while the interpreter starts.
+function Policy:files_wait(run)
+  return run.files_in ~= nil and not run.zygote and self:prelude()
+end
+
 --- Whether the program runs through the prelude: python_args without -u.
 function Policy:prelude()
   for _, a in ipairs(self.python_args or { "-I" }) do
@@ -346,7 +353,7 @@ function Policy:python_argv(opts, run, path)
   for _, a in ipairs(self.python_args or { "-I" }) do argv[#argv + 1] = a end
   if self:prelude() and (run.has_nul or not run.zygote) then
     argv[#argv + 1] = "-c"
-    argv[#argv + 1] = prelude.source
+    argv[#argv + 1] = self:files_wait(run) and prelude.waiting_source or prelude.source
   elseif run.has_nul then
     argv[#argv + 1] = "-c"
     argv[#argv + 1] = "import sys; p = sys.argv[1]; exec(compile(open(p, 'rb').read(), p, 'exec'))"
@@ -553,6 +560,7 @@ function Policy:launch_args(opts, run, host)
   end
   -- the program's files in and out of its work dir (corral.workspace)
   if run.files_in then add("--files-in", run.files_in) end
+  if self:files_wait(run) then add("--files-wait-fd", tostring(prelude.FILES_WAIT_FD)) end
   if run.files_out then
     add("--collect-to", run.files_out)
     if opts.collect == true then

@@ -25,10 +25,16 @@ local M = {}
 -- has the same number.
 M.FLUSH_SIGNAL = 63
 
+--- The fd a cold run's program reads to its end before it runs its code, when the run has
+-- files (corral-launch --files-wait-fd): the init makes them while the interpreter starts. Not
+-- the report fd (3).
+M.FILES_WAIT_FD = 4
+
 M.source = ([[
 def _corral_run():
     import _signal as signal, os, sys  # _signal: the signal module would import enum
     import atexit
+    WAIT
     argv, orig = sys.argv, sys.orig_argv
     del argv[0]
     path = argv[0]
@@ -117,5 +123,21 @@ def _corral_run():
     raise SystemExit(1) from None
 _corral_run()
 ]]):gsub("FLUSH", tostring(M.FLUSH_SIGNAL))
+
+-- The run's files, made while the interpreter started: their end is EOF on the fd. EBADF: the
+-- launcher made them first (no PID namespace) and gave no fd. Anything else is not EOF: the run
+-- ends there, before its code.
+local WAIT = ([[
+try:
+        while os.read(FD, 65536):
+            pass
+        os.close(FD)
+    except OSError as e:
+        if e.errno != 9:
+            os._exit(125)]]):gsub("FD", tostring(M.FILES_WAIT_FD))
+
+--- The prelude of a run whose program waits for its files (FILES_WAIT_FD) before its code.
+M.waiting_source = M.source:gsub("\n    WAIT\n", function() return "\n    " .. WAIT .. "\n" end)
+M.source = M.source:gsub("\n    WAIT\n", "\n")
 
 return M
