@@ -313,7 +313,7 @@ int corral_records_read(lua_State *L) {
   struct stat st;
   recfile *f;
   src s;
-  int nret, given;
+  int nret, given, e;
   luaL_argcheck(L, plen > 0 && strlen(path) == plen, 1, "path is empty or contains a NUL byte");
   luaL_argcheck(L, max >= 0 && max <= ((lua_Integer)1 << 40), 2, "max out of range");
   given = given_arg(L, 3);
@@ -323,11 +323,11 @@ int corral_records_read(lua_State *L) {
   luaL_setmetatable(L, RECORDS_MT);
   f->fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (f->fd < 0) {
-    int e = errno;
+    e = errno;
     return corral_fail_errno(L, e, "cannot open %s", path);
   }
-  if (fstat(f->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-    int e = S_ISREG(st.st_mode) ? errno : EINVAL;
+  e = fstat(f->fd, &st) < 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
+  if (e != 0) {
     close(f->fd);
     f->fd = -1;
     return corral_fail_errno(L, e, "%s is not a regular file", path);
