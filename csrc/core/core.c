@@ -259,6 +259,7 @@ static const luaL_Reg funcs[] = {
     {"mkdtemp", corral_mkdtemp},
     {"rmtree", corral_rmtree},
     {"write_file", corral_write_file},
+    {"append_file", corral_append_file},
     {"read_file", corral_read_file},
     {"records_read", corral_records_read},
     {"records_unpack", corral_records_unpack},

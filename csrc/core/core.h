@@ -140,6 +140,7 @@ void corral_watch_shutdown(corral_loop *cl);  /* loop teardown: close them, no L
 int corral_mkdtemp(lua_State *L);
 int corral_rmtree(lua_State *L);
 int corral_write_file(lua_State *L);
+int corral_append_file(lua_State *L);
 int corral_read_file(lua_State *L);
 int corral_chown(lua_State *L);
 int corral_chmod(lua_State *L);

@@ -99,24 +99,32 @@ static int write_list(lua_State *L, int fd, lua_Integer n) {
   return 0;
 }
 
-int corral_write_file(lua_State *L) {
-  const char *path = check_path(L, 1);
-  size_t len;
-  lua_Integer i, n = 0;
-  const char *data = NULL;
-  mode_t mode = check_mode(L, 3, 0600);
-  int fd, e;
-  /* data: a string, or a list of strings written one after another (no copy joins them) */
+/* The data argument at index 2: a string (*data, *len), or a list of *n strings written one after
+ * another (no copy joins them; *data NULL). Raises for anything else. */
+static void check_data(lua_State *L, const char **data, size_t *len, lua_Integer *n) {
+  lua_Integer i;
+  *data = NULL;
+  *len = 0;
+  *n = 0;
   if (lua_type(L, 2) == LUA_TTABLE) {
-    n = (lua_Integer)lua_rawlen(L, 2);
-    for (i = 1; i <= n; i++) {
-      if (lua_rawgeti(L, 2, i) != LUA_TSTRING)
-        return luaL_argerror(L, 2, "a list of strings expected");
+    *n = (lua_Integer)lua_rawlen(L, 2);
+    for (i = 1; i <= *n; i++) {
+      if (lua_rawgeti(L, 2, i) != LUA_TSTRING) luaL_argerror(L, 2, "a list of strings expected");
       lua_pop(L, 1);
     }
   } else {
-    data = luaL_checklstring(L, 2, &len);
+    *data = luaL_checklstring(L, 2, len);
   }
+}
+
+int corral_write_file(lua_State *L) {
+  const char *path = check_path(L, 1);
+  size_t len;
+  lua_Integer n;
+  const char *data;
+  mode_t mode = check_mode(L, 3, 0600);
+  int fd, e;
+  check_data(L, &data, &len, &n);
   fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     e = errno;
@@ -140,6 +148,41 @@ fail:
   close(fd);
   unlink(path);
   return corral_fail_errno(L, e, "cannot write %s", path);
+}
+
+/* core.append_file(path, data) -> true | nil, err, code: data (as write_file's) at the end of
+ * the regular file at path, which must exist (never through a link at its last name). A file
+ * another process opened already gets its bytes: a run's files in, written while its launcher
+ * starts. On failure what was written stays. */
+int corral_append_file(lua_State *L) {
+  const char *path = check_path(L, 1);
+  size_t len;
+  lua_Integer n;
+  const char *data;
+  struct stat st;
+  int fd, e;
+  check_data(L, &data, &len, &n);
+  fd = open(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    e = errno;
+    return corral_fail_errno(L, e, "cannot open %s", path);
+  }
+  e = fstat(fd, &st) < 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
+  if (e != 0) {
+    close(fd);
+    return corral_fail_errno(L, e, "%s is not a regular file", path);
+  }
+  if ((data ? write_all(fd, data, len) : write_list(L, fd, n)) < 0) {
+    e = errno;
+    close(fd);
+    return corral_fail_errno(L, e, "cannot write %s", path);
+  }
+  if (close(fd) < 0) {
+    e = errno;
+    return corral_fail_errno(L, e, "cannot write %s", path);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
 }
 
 /* core.read_file(path, max) -> bytes, truncated | nil, err, code: a regular file, never through a

@@ -255,14 +255,16 @@ static void init_prepare(struct launch *L)
 }
 
 /* --files-wait-fd: the program, started, waits for its files while the init makes them (its
- * interpreter starts meanwhile, on another CPU when there is one). Then the init closes the pipe,
- * and the program goes on to its code. When they cannot be made, the program is killed and
- * reaped before it can read EOF there: the run ends as when the files are made first. */
+ * interpreter starts meanwhile, on another CPU when there is one). With --prestart the host
+ * writes them while the launcher starts: its byte says they are all there. Then the init closes
+ * the pipe, and the program goes on to its code. When they cannot be made, or the byte does not
+ * come, the program is killed and reaped before it can read EOF there: the run ends as when the
+ * files are made first. */
 static int files_in_late(struct launch *L, struct prog *c)
 {
 	close(L->ws.wait_rfd);
 	L->ws.wait_rfd = -1;
-	if (workspace_in(L) == 0) {
+	if (prestart_wait(L) == 0 && workspace_in(L) == 0) {
 		workspace_wait_close(L);
 		return 0;
 	}
@@ -298,7 +300,7 @@ static NORETURN void init_main(struct launch *L, int outfd)
 		int ahead = L->start_program && L->plan->prestart;
 
 		init_prepare(L);
-		if ((ahead || prestart_wait(L) == 0) && prog_start(L, &c) == 0 &&
+		if ((ahead || late || prestart_wait(L) == 0) && prog_start(L, &c) == 0 &&
 		    (!late || files_in_late(L, &c) == 0)) {
 			null_stdio();
 			init_watch(L, &c, &o);

@@ -102,13 +102,17 @@ end
 --- The run's files (`files`, `collect`: corral.workspace) beside its code: the records the
 -- launcher unpacks, and the empty file it writes what it collects into. `o.main`: the file of
 -- `files` that runs instead of the code (args[1]).
+-- @param later the records are written once the launcher is started (M.start_cold): an empty
+-- file now, which the launcher opens, and `run.files_later` the records
 -- @return true, or nil, message, code
-function M.write_files(run, o)
+function M.write_files(run, o, later)
   local ws = require "corral.workspace"
   run.main = o.main
   if o.files then
     run.files_in = run.top .. "/in"
-    local ok, err, ecode = core.write_file(run.files_in, ws.pack(o.files), 256)   -- 0400
+    local records = ws.pack(o.files)
+    if later then run.files_later = records end
+    local ok, err, ecode = core.write_file(run.files_in, later and "" or records, later and 384 or 256) -- 0600 / 0400
     if not ok then return nil, err, ecode end
   end
   if o.collect then
@@ -133,7 +137,9 @@ function M.finisher(pol, o, run, host, done)
   return function(raw)
     -- a policy's result() is operator code: whatever it does, the run is cleaned up
     local pok, res, rerr, rcode
-    if raw.launch_error then
+    if run.failed then
+      pok, rerr, rcode = true, run.failed[1], run.failed[2]
+    elseif raw.launch_error then
       pok, rerr, rcode = true, "EZYGOTE: the warm interpreter did not run the program: " .. raw.launch_error, "EZYGOTE"
     else
       pok, res, rerr, rcode = pcall(pol.result, pol, raw, o, run, host)
@@ -193,16 +199,22 @@ end
 function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
   local run, err, ecode = M.make(pol, code, host)
   if not run then return nil, err, ecode end
-  if o.files or o.collect or o.main then
-    local ok
-    ok, err, ecode = M.write_files(run, o)
-    if not ok then cleanup(run) return nil, err, ecode end
-  end
   local zygote
   if use_zygote then
     zygote, err, ecode = warm.get(pol, o)
     if not zygote then cleanup(run) return nil, err, ecode end
     run.zygote = true
+  end
+  -- A cold run whose program waits for its files (the policy's files_wait: the launcher makes
+  -- them while the interpreter starts) is spawned as a launch ahead of its run (--prestart,
+  -- held): its records are written while the launcher starts, and the byte says they are all
+  -- there. (Not a session's, whose output streams.)
+  local later = o.files and pol.pid_namespace and not (extra and extra.on_output)
+    and pol:files_wait({ files_in = true, zygote = run.zygote })
+  if o.files or o.collect or o.main then
+    local ok
+    ok, err, ecode = M.write_files(run, o, later)
+    if not ok then cleanup(run) return nil, err, ecode end
   end
   -- from here on the run holds a directory, a lock and maybe a uid: any error (a policy's
   -- launch_args is operator code) must give them back
@@ -210,6 +222,11 @@ function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
     local so = M.spawn_options(pol, o, host, extra, zygote)
     so.args = pol:launch_args(o, run, host)
     so.stdin = so.stdin or o.stdin
+    if later then
+      table.insert(so.args, 1, "--prestart")
+      so.hold = true
+      so.stdin = o.stdin and "" or nil
+    end
     so.on_exit = M.finisher(pol, o, run, host, on_done)
     return core.spawn(so)
   end)
@@ -220,6 +237,18 @@ function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
   end
   if not proc then cleanup(run) return nil, serr, scode end
   run.proc = proc
+  if later then
+    local records = run.files_later
+    run.files_later = nil
+    local ok, aerr, acode = core.append_file(run.files_in, records)
+    if not ok then
+      -- the launch is let go: nothing of the run ran, its end cleans up
+      run.failed = { aerr, acode }
+      proc:kill()
+    elseif not proc:go { stdin = o.stdin, timeout = o.timeout } then
+      proc:kill()    -- gone meanwhile: its exit says why
+    end
+  end
   return proc
 end
 
