@@ -235,6 +235,26 @@ time.sleep(0.3)
     end)
   end
 
+  it("files have their exact modes in a work dir with a default ACL (no-pidns)", function()
+    -- the run directory under a directory with a default ACL (user rwx, group and other r-x),
+    -- which its work dir inherits and which would take the umask's place: the modes are set
+    -- with fchmod, not given to openat
+    local base = assert(core.mkdtemp("/tmp/corral-acl-XXXXXX"))
+    assert(core.chmod(base, 493))   -- 0755: the run's uid passes
+    local _, st = H.sh(H.python .. [[ -c "import os, struct
+acl = struct.pack('<I', 2) + b''.join(struct.pack('<HHI', t, p, 0xffffffff) for t, p in ((1, 7), (4, 5), (0x20, 5)))
+os.setxattr(']] .. base .. [[', 'system.posix_acl_default', acl)"]])
+    assert.are.equal(0, st)
+    local r = run([[
+import os, stat
+print([oct(stat.S_IMODE(os.stat(p).st_mode)) for p in ("d", "d/x", "d/e/y")])
+]], { policy = policy.load("default"):extend { name = "acl", pid_namespace = false, tmp_dir = base },
+      files = { { path = "d/x", content = "x", mode = 511 }, { path = "d/e/y", content = "", mode = 0 } } })
+    assert(core.rmtree(base))
+    assert.are.equal(0, r.returncode, r.stderr)
+    assert.are.equal("['0o755', '0o777', '0o0']\n", r.stdout)
+  end)
+
   -- the default policy's program starts while its files are made (--files-wait-fd); a warm
   -- one's after: either way the code does not run
   for _, name in ipairs({ "default", "warm" }) do
