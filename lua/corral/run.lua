@@ -11,6 +11,9 @@ local warm = require "corral.warm"
 local M = {}
 
 local live = {}
+-- a held launch could not be watched here (no pidfd: before Linux 5.3): files in are written
+-- before the spawn from then on
+local hold_broken = false
 
 --- Remove the run's directory and give back its uid.
 -- @return an error message, or nil
@@ -209,7 +212,7 @@ function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
   -- them while the interpreter starts) is spawned as a launch ahead of its run (--prestart,
   -- held): its records are written while the launcher starts, and the byte says they are all
   -- there. (Not a session's, whose output streams.)
-  local later = o.files and pol.pid_namespace and not (extra and extra.on_output)
+  local later = o.files and not hold_broken and pol.pid_namespace and not (extra and extra.on_output)
     and pol:files_wait({ files_in = true, zygote = run.zygote })
   if o.files or o.collect or o.main then
     local ok
@@ -218,7 +221,7 @@ function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
   end
   -- from here on the run holds a directory, a lock and maybe a uid: any error (a policy's
   -- launch_args is operator code) must give them back
-  local spawn_ok, proc, serr, scode = pcall(function()
+  local function spawn()
     local so = M.spawn_options(pol, o, host, extra, zygote)
     so.args = pol:launch_args(o, run, host)
     so.stdin = so.stdin or o.stdin
@@ -229,7 +232,17 @@ function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
     end
     so.on_exit = M.finisher(pol, o, run, host, on_done)
     return core.spawn(so)
-  end)
+  end
+  local spawn_ok, proc, serr, scode = pcall(spawn)
+  if later and spawn_ok and not proc and scode == "ENOSYS" then
+    -- no pidfd to watch a held launch: the records first, then a plain spawn
+    hold_broken, later = true, false
+    local records = run.files_later
+    run.files_later = nil
+    local ok, aerr, acode = core.append_file(run.files_in, records)
+    if not ok then cleanup(run) return nil, aerr, acode end
+    spawn_ok, proc, serr, scode = pcall(spawn)
+  end
   if not spawn_ok then
     cleanup(run)
     return nil, "EPOLICY: policy '" .. tostring(pol.name) .. "' failed to build the launch plan: " .. tostring(proc),
