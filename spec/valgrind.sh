@@ -28,6 +28,16 @@ for pass in miss hit; do
     --deny-syscall ptrace -- /usr/bin/python3 -I -c 'print(1)' 3>/dev/null >/dev/null
 done
 rm -rf "$cache"
+# files in, made while the program waits on fd 4 for them, and out: one given back as it was
+ws=$(mktemp -d /tmp/corral-vg-ws.XXXXXX)
+mkdir "$ws/work"
+printf 'in/a\000644\0003\000abc' >"$ws/in"
+: >"$ws/out"
+$VG --trace-children=no $L --report-fd 3 --pidns --work-tmpfs 1048576 --chdir "$ws/work" \
+  --files-in "$ws/in" --files-wait-fd 4 --collect-to "$ws/out" --collect '**' -- \
+  /bin/sh -c 'cat <&4 >/dev/null; echo x >made' 3>/dev/null
+grep -q made "$ws/out"
+rm -rf "$ws"
 # the holder of a shared network namespace, ended at EOF on its stdin
 (sleep 0.2) | $VG --trace-children=no $L --hold-net >/dev/null
 # the host module driving real runs

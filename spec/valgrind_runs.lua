@@ -15,6 +15,16 @@ local res = corral.run_python("print(1)", { python = "/nonexistent" })
 check(res == nil, "bad interpreter")
 local results = corral.run_many({ "print(1)", "print(2)", "import time; time.sleep(3)" }, { concurrency = 3 })
 check(#results == 3, "run_many")
+-- files in (written while the launcher starts), and out: as given, changed, large, a link
+local given = { { path = "in/a", content = ("a"):rep(70000) }, { path = "in/b", content = "b" },
+                { path = "c", content = "c", mode = 384 } }
+r = corral.run_python("import os\nopen('in/b', 'w').write('B')\nos.symlink('c', 'l')\n"
+  .. "open('big', 'wb').write(b'x' * 200000)", { files = given, collect = { "**" } })
+check(r and r.ok and #r.files == 5 and r.files[4].content == "B" and rawequal(r.files[3].content, given[1].content)
+  and #r.files[1].content == 200000, "files in and out")
+check(#corral.run_python("pass", { files = given, collect = true }).files == 0, "collect all")
+local rcore = require "corral.core"
+check(#rcore.records_unpack("f\0p\0" .. "3\0" .. "644\0" .. "5\0ab") == 0, "records cut short")
 collectgarbage()
 
 -- The HTTP server (core.http_listen), core.signal and core.timer, with real clients.
