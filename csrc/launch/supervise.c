@@ -291,11 +291,13 @@ static NORETURN void init_main(struct launch *L, int outfd)
 	args_hide();
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || launcher_gone(outfd))
 		_exit(EXIT_SETUP);
+	if (mounts_apply(L) != 0)
+		init_end(outfd, &o);
 	/* the files are made before the program starts, or while it starts and waits for them
 	 * (not corral-zygote's program: forked, it would keep the pipe's write end) */
-	if (mounts_apply(L) == 0 &&
-	    (late = L->start_program || L->run_program ? 0 : workspace_wait_open(L)) >= 0 &&
-	    (late || workspace_in(L) == 0)) {
+	if (!L->start_program && !L->run_program)
+		late = workspace_wait_open(L);          /* -1: fatal, reported */
+	if (late >= 0 && (late || workspace_in(L) == 0)) {
 		/* corral-zygote's program is started ahead too, and waits for the run itself */
 		int ahead = L->start_program && L->plan->prestart;
 
