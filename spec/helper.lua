@@ -32,10 +32,23 @@ function H.sh(cmd)
 end
 
 --- Run directories corral made (under /tmp or /dev/shm: host.run_dir_base).
+-- spec/run.sh runs the suite twice at once, as root and as nobody: each pass judges only what is
+-- its own. As root, a process or directory of nobody's is the other pass's; as any other user,
+-- only its own uid's are its own (root's runs, under run uids, are the other pass's).
+local NOBODY = 65534
+local MY_UID = core.geteuid()
+local function ours(uid)
+  if MY_UID == 0 then return uid ~= NOBODY end
+  return uid == MY_UID
+end
+
 function H.temp_dirs()
   local out = H.sh("ls -1d /tmp/corral-?????? /dev/shm/corral-?????? 2>/dev/null")
   local t = {}
-  for line in out:gmatch("[^\n]+") do t[#t + 1] = line end
+  for line in out:gmatch("[^\n]+") do
+    local st = core.lstat(line)
+    if st and ours(st.uid) then t[#t + 1] = line end
+  end
   return t
 end
 
@@ -90,7 +103,7 @@ function H.stray_processes()
   for _, p in ipairs(procs) do
     local pid, uid, stat, args = p.pid, p.uid, p.stat, p.args
     if pid ~= me and not stat:match("^Z") and not args:match("^ps ")
-      and not args:match("^sh %-c") then
+      and not args:match("^sh %-c") and ours(uid) then
       local run_uid = uid >= 60000 and uid <= 60999
       -- (a launch started ahead of a run, --prestart, holds a run directory but no run: a
       -- controller keeps it until corral.close(); its program, once it runs, is found here)
@@ -181,7 +194,9 @@ function H.assert_clean(snap)
   for _, d in ipairs(H.temp_dirs()) do
     local st = core.lstat(d)
     local by = st and holder[st.ino]
-    if not snap.dirs[d] and not (by and by ~= core.getpid() and core.kill(by, 0) and foreign_pid(by)) then
+    -- (kill(by, 0) fails with EPERM, not ESRCH, for a live holder of another uid)
+    local alive = by and (core.kill(by, 0) or select(3, core.kill(by, 0)) == "EPERM")
+    if not snap.dirs[d] and not (by and by ~= core.getpid() and alive and foreign_pid(by)) then
       left[#left + 1] = d
     end
   end
