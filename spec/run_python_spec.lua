@@ -745,6 +745,9 @@ describe("a run that fills its scratch mounts with files", function()
   before_each(function() snap = H.snapshot() end)
   after_each(function()
     assert(corral.close())    -- the warm interpreters, which must leave nothing either
+    -- the result does not wait for the teardown: the run's last process may still be freeing
+    -- the inodes as it exits, which takes seconds on a busy machine
+    H.eventually(function() return #H.stray_processes() == 0 end, 30)
     H.assert_clean(snap)
   end)
 
