@@ -278,7 +278,10 @@ os.symlink("/etc/passwd", "plots/l.png")
     -- run directory. `sh -c` says the CLI's pid, which its zygote's --parent-pid names.
     -- dead helpers of a zygote (its spawner), not reaped by it, would be left to pid 1
     local function zombies()
-      return tonumber((H.sh("ps -e -o stat=,comm= | grep -c '^Z.*corral-spawn' || true")))
+      -- (this pass's: spec/run.sh runs another as nobody meanwhile)
+      local uid = core.geteuid()
+      return tonumber((H.sh("ps -e -o uid=,stat=,comm= | awk '" .. (uid == 0 and "$1 != 65534" or ("$1 == " .. uid))
+        .. " && $2 ~ /^Z/ && $3 ~ /corral-spawn/ { n++ } END { print n + 0 }'")))
     end
     local zombies_before = zombies()
     local out = H.sh("sh -c 'echo $$; exec " .. H.cli .. " run --json --policy warm " ..
