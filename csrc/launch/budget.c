@@ -216,9 +216,9 @@ static int tell_on(const struct budget_state *bud)
 	return bud->tell_pid && !bud->over && !bud->stopped && report_sent() <= RUNNING_MAX_BYTES;
 }
 
-static long long tell_gap(const struct budget_state *bud)
+static long long tell_gap(const struct budget_state *bud, long long now)
 {
-	long long gap = (now_ms() - bud->started_ms) / 32;
+	long long gap = (now - bud->started_ms) / 32;
 
 	return gap < RUNNING_MIN_MS ? RUNNING_MIN_MS : gap;
 }
@@ -231,7 +231,7 @@ static void tell_running(struct budget_state *bud)
 	if (!tell_on(bud))
 		return;
 	now = now_ms();
-	if (now - bud->told_ms < tell_gap(bud))
+	if (now - bud->told_ms < tell_gap(bud, now))
 		return;
 	bud->told_ms = now;
 	if (getrusage(RUSAGE_CHILDREN, &ru) != 0)
@@ -1067,7 +1067,7 @@ int budget_wait_ms(const struct launch *L)
 		return -1;
 	left = bud->next_ms - now_ms();
 	if (tell_on(bud)) {             /* the running report (budget_running) is due sooner */
-		long long tell = tell_gap(bud) - (now_ms() - bud->told_ms);
+		long long now = now_ms(), tell = tell_gap(bud, now) - (now - bud->told_ms);
 
 		if (tell < left)
 			left = tell;
