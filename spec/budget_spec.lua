@@ -204,8 +204,16 @@ describe("whole-run budgets", function()
         assert(core.mkdir(dir .. "/code"))
         assert(core.write_file(dir .. "/code/prog.py",
           "print('busy', flush=True)\nwhile True:\n    pass\n", tonumber("644", 8)))
-        local pid = tonumber((H.sh(("%s --report-fd 3 %s --budget-cpu-ms 60000 -- %s -I %s/code/prog.py "
-          .. ">%s/out 2>&1 3>%s/report & echo $!"):format(L, m, H.python, dir, dir, dir))))
+        -- The launcher dies with its parent (PR_SET_PDEATHSIG): a subshell that waits for it is
+        -- that parent, and writes its pid.
+        H.sh(("(%s --report-fd 3 %s --budget-cpu-ms 60000 -- %s -I %s/code/prog.py >%s/out 2>&1 3>%s/report "
+          .. "& echo $! >%s/pid; wait) </dev/null >/dev/null 2>&1 &"):format(L, m, H.python, dir, dir, dir, dir))
+        local pid
+        H.eventually(function()
+          pid = tonumber(H.try_read(dir .. "/pid") or "")
+          return pid ~= nil
+        end, 30)
+        assert(pid, "no pid written")
         local function running_usage()
           local rep = report.parse(H.try_read(dir .. "/report") or "")
           return rep.usage and rep.usage.user_us + rep.usage.sys_us > 0 and rep.total and rep.total.cpu_us > 0
