@@ -208,6 +208,27 @@ os.rename("moved.txt", "moved2.txt")
       assert.are.equal("m", f["moved2.txt"].content)
     end)
 
+    it("collect = true: a given file moved with its directory, or swapped with another's, is sent back (" .. name .. ")", function()
+      -- renaming a directory changes the ctime of neither the files in it nor their inodes
+      local files = { { path = "d/x", content = "PPPP" }, { path = "e/x", content = "QQQQ" },
+                      { path = "m/y", content = "moved" } }
+      local r = run([[
+import os
+os.rename("d", "t"); os.rename("e", "d"); os.rename("t", "e")
+os.rename("m", "n")
+print(open("d/x").read(), open("e/x").read(), open("n/y").read())
+]], { policy = pol, collect = true, files = files })
+      assert.are.equal("QQQQ PPPP moved\n", r.stdout, r.stderr)
+      local f = by_path(r.files)
+      -- each of d/x and e/x holds the other's bytes: changed; n/y is a file the run made
+      assert.is_truthy(f["d/x"], "d/x holds QQQQ, not what it was given, and is not sent back")
+      assert.are.equal("QQQQ", f["d/x"].content)
+      assert.is_truthy(f["e/x"], "e/x holds PPPP, not what it was given, and is not sent back")
+      assert.are.equal("PPPP", f["e/x"].content)
+      assert.is_truthy(f["n/y"], "n/y, made by the run's rename of m, is not sent back")
+      assert.are.equal("moved", f["n/y"].content)
+    end)
+
     it("collects after a timeout, a memory kill and a background writer (" .. name .. ")", function()
       local r = run("open('before.txt', 'w').write('x')\nwhile True:\n    pass\n",
         { policy = pol, timeout = 1, collect = { "*.txt" } })
