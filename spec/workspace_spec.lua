@@ -276,6 +276,44 @@ print([oct(stat.S_IMODE(os.stat(p).st_mode)) for p in ("d", "d/x", "d/e/y")])
     assert.are.equal("['0o755', '0o777', '0o0']\n", r.stdout)
   end)
 
+  it("the records of a run are the supervisor's alone, even to a program with no mount namespace and no Landlock (no-pidns, filesystem off)", function()
+    -- What gVisor or a container without user namespaces gives a controller that is not root:
+    -- the run directory (its records in and out) is on the host, beside the work dir, and the
+    -- program has the controller's uid. (As root the program has a run uid, and the files the
+    -- controller made are not its own.)
+    local ws = require "corral.workspace"
+    local files = { { path = "data.txt", content = "ORIGINAL" } }
+    local r = run([[
+import os
+top = os.path.dirname(os.getcwd())
+def rec(path, data):
+    return b"\x00".join([b"f", path, b"%d" % len(data), b"644", b"%d" % len(data), data])
+try:
+    with open(top + "/out.new", "wb") as f:
+        f.write(rec(b"../../outside", b"x") + b"".join(rec(b"n%d" % i, b"n") for i in range(500))
+                + b"\x00".join([b"end", b"1", b"", b""]))
+    os.rename(top + "/out.new", top + "/out")
+except OSError as e:
+    print("out:", e)
+try:
+    os.chmod(top + "/in", 0o600)
+    data = open(top + "/in", "rb").read()
+    with open(top + "/in", "r+b") as f:
+        f.seek(data.index(b"ORIGINAL"))
+        f.write(b"CHANGED!")
+except (OSError, ValueError) as e:
+    print("in:", e)
+open("data.txt", "w").write("CHANGED!")
+]], { policy = policy.load("default"):extend { name = "exposed", pid_namespace = false, filesystem = "off" },
+      files = files, collect = { "*" } })
+    assert.are.equal(0, r.returncode, r.stderr)
+    for _, e in ipairs(r.files) do assert.is_nil(ws.path_problem(e.path), e.path) end
+    assert.is_true(#r.files <= 100, #r.files .. " entries")
+    local f = by_path(r.files)
+    assert.is_truthy(f["data.txt"], r.stdout)
+    assert.are.equal("CHANGED!", f["data.txt"].content)
+  end)
+
   -- the default policy's program starts while its files are made (--files-wait-fd); a warm
   -- one's after: either way the code does not run
   for _, name in ipairs({ "default", "warm" }) do
