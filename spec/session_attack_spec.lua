@@ -97,6 +97,31 @@ describe("a session under attack from its own program", function()
     assert.is_true(collectgarbage("count") - before < 64 * 1024)
   end)
 
+  it("refuses a collection of millions of tiny records before a table is made for each", function()
+    -- the records are one base64 string of the answer (one value to values_at_most): each
+    -- record of 10 bytes would be a table of its own before workspace.bound keeps out_files
+    local s = new { memory_mb = 512 }
+    local r = assert(s:exec([[
+_dumps = json.dumps
+def evil(obj, *a, **k):
+    if 'files' in obj:
+        obj['files'] = base64.b64encode(b"f\0a\0" b"0\0" b"0\0" b"0\0" * 500000 + b"end\0" b"1\0" b"\0").decode()
+    return _dumps(obj, *a, **k)
+json.dumps = evil]]))
+    assert.are.equal("ok", r.reason, r.stderr)
+    collectgarbage("collect")
+    local before = collectgarbage("count")
+    collectgarbage("stop")
+    local ok, r2 = pcall(s.exec, s, "x = 1", { collect = true, timeout = 60 })
+    local grown = collectgarbage("count") - before
+    collectgarbage("restart")
+    assert.is_true(ok, tostring(r2))
+    assert.is_true(r2.files == nil or #r2.files <= s.caps.out_files)
+    -- what the host allocated for that answer (GC stopped: all of it): its 6.7 MB frame in a
+    -- few copies, not 500,000 tables
+    assert.is_true(grown < 64 * 1024, string.format("%.0f MB allocated for a 6.7 MB answer", grown / 1024))
+  end)
+
   it("keeps a replaced kernel's file answers within the caller's caps", function()
     local s = new()
     local r = assert(s:exec([[
