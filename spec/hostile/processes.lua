@@ -183,6 +183,29 @@ print("still here", flush=True)
     needs = { "pid-namespace" },
   },
   {
+    -- The init takes a stop signal whose si_pid is 0 as one from outside its namespace; a
+    -- program may send a signal with a siginfo of its own (SI_QUEUE), si_pid 0 included, and
+    -- the filter refuses pid 1 to rt_sigqueueinfo but not pidfd_send_signal through an fd of
+    -- /proc/1. Without Landlock's signal scope (ABI 6: Linux 6.12) only the uid stands in the
+    -- way, and a controller that is not root shares its uid with the program.
+    name = "a stop signal forged with si_pid 0 does not end its own supervision",
+    variant = "no-landlock",
+    code = ERRNO .. [[
+import ctypes, os, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+info = struct.pack("iiiiiI", 15, 0, -1, 0, 0, 0)       # SIGTERM, SI_QUEUE, si_pid 0, si_uid 0
+buf = ctypes.create_string_buffer(info + bytes(128 - len(info)), 128)
+fd = os.open("/proc/1", os.O_RDONLY | os.O_DIRECTORY)
+r = libc.syscall(ctypes.c_long(424), ctypes.c_long(fd), ctypes.c_long(15), buf, ctypes.c_long(0))
+print("pidfd_send_signal", "sent" if r == 0 else errno.errorcode.get(ctypes.get_errno()), flush=True)
+time.sleep(0.5)
+print("still here", flush=True)
+]],
+    opts = { timeout = 3 },
+    expect = { reason = "exit", returncode = 0, stdout = "still here" },
+    needs = { "pid-namespace" },
+  },
+  {
     name = "kill(-1) and a sweep of every pid reach nothing outside the run",
     controller = "child",
     setup = function() return S.victim() end,
