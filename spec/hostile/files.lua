@@ -180,6 +180,49 @@ print("MOUNTED proc" if r == 0 else "no new proc", en() if r else "")
     check = sentinel_check,
   },
   {
+    -- The run directory's parent (/dev/shm or /tmp) is sticky, but the run directory is the
+    -- uid's that made it: the controller's, which a controller that is not root shares with the
+    -- program. Its clean-up removes in, out, code/main.py, code and work by name below the path.
+    name = "the clean-up does not follow a link put in place of the run directory",
+    variant = "exposed",
+    prologue = false,
+    setup = function(ctx)
+      local s = S.make_sentinel(ctx)
+      local core = require "corral.core"
+      for _, d in ipairs({ "/code", "/work" }) do assert(core.mkdir(s.sentinel_dir .. d, 493)) end
+      for _, f in ipairs({ "/in", "/out", "/code/main.py" }) do assert(core.write_file(s.sentinel_dir .. f, "precious", 420)) end
+      return s
+    end,
+    teardown = function(ctx)
+      remove_sentinel(ctx)
+      local core = require "corral.core"
+      local base = require("corral.host").run_dir_base()
+      for _, name in ipairs(core.listdir(base) or {}) do
+        if name:find(ctx.marker, 1, true) then core.rmtree(base .. "/" .. name) end
+      end
+    end,
+    code = function(ctx) return ERRNO .. string.format([[
+import os
+top = os.path.dirname(os.getcwd())
+try:
+    os.rename(top, top + "." + %s)
+    os.symlink(%s, top)
+    print("replaced")
+except OSError as e:
+    print("refused", en(e))
+]], S.pystr(ctx.marker), S.pystr(ctx.sentinel_dir)) end,
+    opts = { timeout = 2 },
+    expect = { reason = "exit", returncode = 0 },
+    check = function(r, ctx)
+      local core = require "corral.core"
+      local gone = {}
+      for _, f in ipairs({ "in", "out", "code/main.py", "code", "work", "keep" }) do
+        if not core.lstat(ctx.sentinel_dir .. "/" .. f) then gone[#gone + 1] = f end
+      end
+      assert(#gone == 0, "the clean-up removed " .. table.concat(gone, ", ") .. " from a host directory")
+    end,
+  },
+  {
     name = "a hard link to a host file cannot be made from the work dir",
     setup = S.make_sentinel,
     teardown = remove_sentinel,

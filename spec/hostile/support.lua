@@ -269,6 +269,9 @@ S.variants = {
   ["host-work-open"] = { tmpfs = {}, work_mb = false, filesystem = "off" },
   -- no scratch mounts and the work dir on the host: the clean-up faces what the program planted
   ["host-work"] = { tmpfs = {}, work_mb = false },
+  -- no mount namespace and no Landlock (gVisor, or a container without user namespaces): the
+  -- run directory on the host is in the program's reach, and as nobody its uid's
+  exposed = { pid_namespace = false, filesystem = "off" },
 }
 
 --- Processes of a run still alive: running its code (its code dir is in every interpreter's
