@@ -211,18 +211,16 @@ struct workspace_state {
 	/* --files-in and --collect-to, opened while the host's paths are in sight; -1: none */
 	int in_fd;
 	int collect_fd;
-	/* the files unpacked, to tell at collection whether the run changed them (--collect-all) */
-	struct workspace_kept {
-		ino_t ino;
-		struct timespec ctime;
-	} *kept;
-	size_t nkept, kept_cap;
 	/* with a collection: the files unpacked by path, sorted, and where their bytes are in
 	 * --files-in (in_fd is kept open for it), so that a file collected with the same bytes
-	 * goes back as given */
+	 * goes back as given; with --collect-all, the inode and ctime each had once made (made 0:
+	 * none noted), to tell at collection the files the run left alone */
 	struct workspace_given {
 		char *path;
 		unsigned long long off, size;
+		ino_t ino;
+		struct timespec ctime;
+		int made;
 	} *given;
 	size_t ngiven, given_cap;
 	/* --files-wait-fd: the pipe the program reads to its EOF before it runs its code, while the

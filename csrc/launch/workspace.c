@@ -313,26 +313,10 @@ static int modes_exact(int root)
 	return errno == ENODATA || errno == EOPNOTSUPP;
 }
 
-static void keep(struct workspace_state *ws, const struct stat *st)
-{
-	if (ws->nkept == ws->kept_cap) {
-		size_t cap = ws->kept_cap ? ws->kept_cap * 2 : 64;
-		struct workspace_kept *k = realloc(ws->kept, cap * sizeof *k);
-
-		if (!k)
-			return;         /* the file then counts as changed: collected */
-		ws->kept = k;
-		ws->kept_cap = cap;
-	}
-	ws->kept[ws->nkept].ino = st->st_ino;
-	ws->kept[ws->nkept].ctime = st->st_ctim;
-	ws->nkept++;
-}
-
 /* A file unpacked, whose bytes are at off in the records: noted for the collection. Without
  * memory it is not noted: a collected file then goes back with its bytes. */
-static void note_given(struct workspace_state *ws, const char *name, unsigned long long off,
-		       unsigned long long size)
+static int note_given(struct workspace_state *ws, const char *name, unsigned long long off,
+		      unsigned long long size)
 {
 	char *path;
 
@@ -341,17 +325,19 @@ static void note_given(struct workspace_state *ws, const char *name, unsigned lo
 		struct workspace_given *g = realloc(ws->given, cap * sizeof *g);
 
 		if (!g)
-			return;
+			return -1;
 		ws->given = g;
 		ws->given_cap = cap;
 	}
 	path = strdup(name);
 	if (!path)
-		return;
+		return -1;
 	ws->given[ws->ngiven].path = path;
 	ws->given[ws->ngiven].off = off;
 	ws->given[ws->ngiven].size = size;
+	ws->given[ws->ngiven].made = 0;
 	ws->ngiven++;
+	return 0;
 }
 
 static int by_path(const void *a, const void *b)
@@ -368,7 +354,7 @@ static int unpack_one(struct launch *L, struct reader *r, struct parent *pc, int
 	char field[32], *last;
 	unsigned long long mode, size;
 	struct stat st;
-	int f = rd_field(r, name, PATH_MAX), d, fd;
+	int f = rd_field(r, name, PATH_MAX), d, fd, noted;
 
 	*done = f == 0;
 	if (f <= 0)
@@ -386,8 +372,7 @@ static int unpack_one(struct launch *L, struct reader *r, struct parent *pc, int
 	fd = openat(d, last, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)mode);
 	if (fd < 0)
 		return -1;
-	if (ws->collect_fd >= 0)
-		note_given(ws, name, r->base + r->off, size);
+	noted = ws->collect_fd >= 0 && note_given(ws, name, r->base + r->off, size) == 0;
 	/* the mode, ctime and inode to tell an unchanged file from a changed one (--collect-all):
 	 * after the last write */
 	if (rd_copy(r, fd, size) != 0 || (!exact && fchmod(fd, (mode_t)mode) != 0) ||
@@ -398,8 +383,13 @@ static int unpack_one(struct launch *L, struct reader *r, struct parent *pc, int
 		errno = e;
 		return -1;
 	}
-	if (L->plan->collect_all)
-		keep(ws, &st);
+	if (noted && L->plan->collect_all) {
+		struct workspace_given *g = &ws->given[ws->ngiven - 1];
+
+		g->ino = st.st_ino;
+		g->ctime = st.st_ctim;
+		g->made = 1;
+	}
 	close(fd);
 	return 0;
 }
@@ -602,18 +592,6 @@ static int wanted(struct walk *w, int dir)
 	return 0;
 }
 
-/* An unpacked file the run left as it was: not collected by --collect-all. */
-static int unchanged(const struct workspace_state *ws, const struct stat *st)
-{
-	size_t i;
-
-	for (i = 0; i < ws->nkept; i++)
-		if (ws->kept[i].ino == st->st_ino && ws->kept[i].ctime.tv_sec == st->st_ctim.tv_sec &&
-		    ws->kept[i].ctime.tv_nsec == st->st_ctim.tv_nsec)
-			return 1;
-	return 0;
-}
-
 /* Room for one more record; else the count cap is what stops the walk. */
 static int take_slot(struct walk *w)
 {
@@ -666,27 +644,30 @@ static int same_bytes(const char *a, const char *b, size_t n)
 	return 1;
 }
 
-/* Whether the open regular file at w->path holds, whole within the caps, the bytes it was given
- * (the caller has them: they need not come back): 1; 0 when not, the file back at its start; -1
- * with errno when it cannot be read again. */
-static int as_given(struct walk *w, int fd, const struct stat *st)
+/* The file unpacked at w->path, or NULL. */
+static const struct workspace_given *given_at(struct walk *w)
 {
 	const struct workspace_state *ws = w->ws;
-	struct workspace_given key, *g;
-	unsigned long long done = 0, size = (unsigned long long)st->st_size;
-	int same = 1;
+	struct workspace_given key;
 
 	key.path = w->path;
-	g = ws->ngiven ? bsearch(&key, ws->given, ws->ngiven, sizeof *ws->given, by_path) : NULL;
-	if (!g || g->size != size || size > w->p->collect_file_bytes || size > w->bytes_left)
-		return 0;
+	return ws->ngiven ? bsearch(&key, ws->given, ws->ngiven, sizeof *ws->given, by_path) : NULL;
+}
+
+/* Whether the open regular file fd, of st's size, holds g's bytes and no more: 1; 0 when not, the
+ * file back at its start; -1 with errno when it cannot be read again. */
+static int holds_given(int fd, const struct stat *st, const struct workspace_given *g, int in_fd)
+{
+	unsigned long long done = 0, size = (unsigned long long)st->st_size;
+	int same = g->size == size;
+
 	while (same && done < size) {
 		size_t n = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
 		ssize_t a = read(fd, chunk, n), b;
 
 		if (a < 0 && errno == EINTR)
 			continue;
-		b = a > 0 ? pread(ws->in_fd, given_chunk, (size_t)a, (off_t)(g->off + done)) : -1;
+		b = a > 0 ? pread(in_fd, given_chunk, (size_t)a, (off_t)(g->off + done)) : -1;
 		same = a > 0 && b == a && same_bytes(chunk, given_chunk, (size_t)a);
 		done += a > 0 ? (unsigned long long)a : 0;
 	}
@@ -696,6 +677,32 @@ static int as_given(struct walk *w, int fd, const struct stat *st)
 	if (!same && lseek(fd, 0, SEEK_SET) != 0)
 		return -1;
 	return same;
+}
+
+/* Whether the open regular file at w->path holds, whole within the caps, the bytes it was given
+ * (the caller has them: they need not come back): as holds_given. */
+static int as_given(struct walk *w, int fd, const struct stat *st)
+{
+	const struct workspace_given *g = given_at(w);
+	unsigned long long size = (unsigned long long)st->st_size;
+
+	if (!g || size > w->p->collect_file_bytes || size > w->bytes_left)
+		return 0;
+	return holds_given(fd, st, g, w->ws->in_fd);
+}
+
+/* --collect-all: whether the open regular file at w->path is the one unpacked there, left as it
+ * was: the same inode and ctime as once made (a directory renamed over keeps both: the path must be
+ * the same), and its bytes (a coarse ctime may not have moved since it was made). As
+ * holds_given. */
+static int left_alone(struct walk *w, int fd, const struct stat *st)
+{
+	const struct workspace_given *g = given_at(w);
+
+	if (!g || !g->made || g->ino != st->st_ino || g->ctime.tv_sec != st->st_ctim.tv_sec ||
+	    g->ctime.tv_nsec != st->st_ctim.tv_nsec)
+		return 0;
+	return holds_given(fd, st, g, w->ws->in_fd);
 }
 
 /* An open regular file's record: its first bytes, within the caps, read straight into the
@@ -777,11 +784,24 @@ static void visit_file(struct walk *w, int dfd, const char *name, const struct s
 	struct stat st;
 	int fd;
 
-	if (w->p->collect_all && unchanged(w->ws, st0))
-		return;
-	if (!take_slot(w))
-		return;
 	fd = open_file(w, dfd, name, &st);
+	if (fd >= 0 && w->p->collect_all) {
+		int left = left_alone(w, fd, &st);
+
+		if (left == 1) {
+			close(fd);
+			return;
+		}
+		if (left < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	if (!take_slot(w)) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
 	if (fd < 0)
 		emit_error(w, st0, errno);
 	else
@@ -802,7 +822,15 @@ static int visit_regular(struct walk *w, int dfd, const char *name)
 		close(fd);
 		return -1;
 	}
-	if (st.st_dev != w->dev || (w->p->collect_all && unchanged(w->ws, &st)) || !take_slot(w)) {
+	if (w->p->collect_all && st.st_dev == w->dev) {
+		int left = left_alone(w, fd, &st);
+
+		if (left != 0) {
+			close(fd);
+			return left == 1 ? 0 : -1;      /* -1: the general way says why */
+		}
+	}
+	if (st.st_dev != w->dev || !take_slot(w)) {
 		close(fd);      /* another filesystem (a bind mount) is skipped, as by fstatat */
 		return 0;
 	}
