@@ -57,7 +57,7 @@
  * run competes for), and the host kills the supervisor a grace after its stop: the walks take a
  * stop off the signal queue between two reads (stop_heard), and the tick ends there, its partial
  * sums dropped. The supervisor's wait then sees budget_stopped(). The init drops a stop from
- * inside its namespace (si_pid not 0), as its own wait does.
+ * inside its namespace (budget_stop_from_outside), as its own wait does.
  *
  * Observations. The walks also keep the most tasks of the run seen at once and the largest
  * address space of one process (field 23 of the same stat); one more walk is made when the
@@ -259,9 +259,18 @@ static int stop_heard(struct budget_state *bud)
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
 	while (sigtimedwait(&set, &si, &now) > 0)
-		if (!bud->init || si.si_pid == 0)
+		if (!bud->init || budget_stop_from_outside(&si))
 			bud->stopped = 1;
 	return bud->stopped;
+}
+
+int budget_stop_from_outside(const siginfo_t *si)
+{
+	/* A signal from another PID namespace shows si_pid 0; but a sender may write its own siginfo
+	 * (rt_sigqueueinfo, pidfd_send_signal), si_pid 0 included, and the kernel takes one for
+	 * another process only with a negative si_code (SI_QUEUE and the like): kill()'s is SI_USER
+	 * (0), the kernel's SI_KERNEL. */
+	return si->si_pid == 0 && si->si_code >= 0;
 }
 
 static size_t pid_hash(pid_t pid)

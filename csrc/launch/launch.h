@@ -573,6 +573,9 @@ int budget_wait_ms(const struct launch *L);
 int budget_check(struct launch *L);
 /* 1: a stop of the run came during a tick, which took it off the queue: end the run as on it */
 int budget_stopped(const struct launch *L);
+/* Whether a stop signal the init took came from outside its namespace (the launcher, for the host):
+ * si_pid 0, and sent by kill() or the kernel, not with a siginfo the sender wrote. */
+int budget_stop_from_outside(const siginfo_t *si);
 /* the run is over, before status: final measure (no walk of /proc when empty: the caller reaped
  * every process of the run), the run cgroup emptied and removed */
 void budget_finish(struct launch *L, int empty);

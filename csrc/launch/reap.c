@@ -176,9 +176,9 @@ void init_block_signals(void)
 
 /* The init waits with sigwaitinfo() on SIGCHLD and the stop signals, which stay blocked (inherited
  * from the launcher), so no wakeup is lost. A stop signal counts only from outside the namespace
- * (si_pid 0): the program may not end its own supervision. With a budget, the wait ends at each
- * tick, and a run over budget is ended as on a stop signal. 0: the program ended; 1: over budget;
- * 2: stopped. */
+ * (budget_stop_from_outside): the program may not end its own supervision. With a budget, the
+ * wait ends at each tick, and a run over budget is ended as on a stop signal. 0: the program
+ * ended; 1: over budget; 2: stopped. */
 int init_wait(struct launch *L, struct prog *c)
 {
 	sigset_t set;
@@ -214,7 +214,7 @@ int init_wait(struct launch *L, struct prog *c)
 		} else if (sigwaitinfo(&set, &si) < 0) {
 			continue;       /* EINTR */
 		}
-		if (si.si_signo != SIGCHLD && si.si_pid == 0)
+		if (si.si_signo != SIGCHLD && budget_stop_from_outside(&si))
 			return 2;
 	}
 }
