@@ -29,10 +29,9 @@ tally() {
   echo "== $2: $p passed, $f failed"
 }
 
-# As root the suite also runs as nobody, from a copy of the tree nobody can read, after root's
-# pass; CORRAL_TEST_PARALLEL=1 runs both at once (spec/helper.lua: each pass judges only the
-# processes and run dirs of its own uid), in about 10 minutes instead of 17, on a machine loaded
-# by both passes.
+# As root the suite also runs as nobody, from a copy of the tree nobody can read, at the same time
+# as root's pass (spec/helper.lua: each pass judges only the processes and run dirs of its own
+# uid), on a machine both passes load; CORRAL_TEST_SERIAL=1 runs nobody's after root's.
 both=
 [ "$(id -u)" = 0 ] && [ "${CORRAL_SKIP_UNPRIVILEGED:-}" = "" ] && both=1
 # the hostile programs as session cells: the default base in root's pass and warm in nobody's
@@ -48,7 +47,7 @@ if [ -n "$both" ]; then
     (cd "$copy" && setpriv --reuid nobody --regid nogroup --clear-groups --reset-env \
         env HOME=/tmp CORRAL_HOSTILE_SESSION_BASES=warm $BUSTED -o TAP "$copy/spec") > "$log/nobody.tap" 2>&1
   }
-  if [ -n "${CORRAL_TEST_PARALLEL:-}" ]; then
+  if [ -z "${CORRAL_TEST_SERIAL:-}" ]; then
     echo "== busted as nobody, meanwhile"
     nobody &
     nobody_pid=$!
