@@ -167,6 +167,39 @@ describe("prestarted launches", function()
     assert.is_true(t.usage.wall_s < 1.2, "the timeout counted the idle time: wall " .. t.usage.wall_s)
   end)
 
+  it("are taken by a run with files, whose program starts ahead and runs its code only once they are in", function()
+    local function files(tag)
+      return { { path = "data/" .. tag .. ".txt", content = tag }, { path = "same.txt", content = "s" } }
+    end
+    local code = "import os\nprint(sorted(os.listdir('data')), open('same.txt').read())\nopen('out.txt', 'w').write('o')"
+    run(code, { files = files("first"), collect = true })
+    run(code, { files = files("second"), collect = true })
+    local idle = prestarted()
+    assert.are.equal(1, #idle)
+    -- the launch was made while the second run ran, with none of its files: the interpreter is
+    -- up and waits for the run's files (files_wait)
+    local init = tonumber((H.sh("ps -o pid= --ppid " .. idle[1])))
+    assert.is_truthy(init)
+    assert.is_truthy(H.eventually(function() return H.sh("ps -o comm= --ppid " .. init) == "python3" end, 30),
+      "no interpreter waits in the launch")
+    local pid, r = run(code, { files = files("third"), collect = true })
+    assert.are.equal(idle[1], pid, "the run with files did not take the launch started ahead")
+    assert.is_true(r.ok, r.stderr)
+    assert.are.equal("['third.txt'] s\n", r.stdout)
+    -- what it was given and left alone does not come back; what it made does
+    assert.are.equal(1, #r.files)
+    assert.are.equal("out.txt", r.files[1].path)
+    -- a run with globs takes its own; what it was given comes back as given
+    run(code, { files = files("a"), collect = { "**" } })
+    run(code, { files = files("b"), collect = { "**" } })
+    local g = prestarted()
+    local gpid, gr = run(code, { files = files("c"), collect = { "**" } })
+    assert.is_truthy(H.has(g, gpid), "the run with globs did not take its launch")
+    local got = {}
+    for _, f in ipairs(gr.files) do got[f.path] = f.content end
+    assert.are.same({ ["data/c.txt"] = "c", ["same.txt"] = "s", ["out.txt"] = "o" }, got)
+  end)
+
   it("are not taken by a run of other options, nor by a run with stdin for one without", function()
     run("print(1)")
     run("print(1)")

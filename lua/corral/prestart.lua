@@ -6,10 +6,13 @@
 -- takes it: its code goes into the directory, proc:go() starts the program, and another is
 -- started for the next run while this one runs. What matches: the same policy (the same table,
 -- which the launch keeps alive) and every option but stdin's bytes and the timeout (which go()
--- gives), the same kind of stdin (none, or a pipe) and of code (with a NUL byte or not); then, to
+-- gives) and the files' contents, the same kind of stdin (none, or a pipe) and of code (with a NUL byte or not); then, to
 -- be exact whatever a policy's launch_args does, the launcher arguments the run would be given in
 -- that directory, and the spawn's own settings, must be the launch's, or it is let go and the run
--- starts cold. A key's first run starts none (a one-run controller would only waste it); at most
+-- starts cold. A run with `files` (not a warm one's) takes a launch made for runs with files:
+-- its program waits for them (the policy's files_wait), so its interpreter starts ahead too, and
+-- the run's records go in with its code; none of the run that started it. A run with `args` takes
+-- none. A key's first run starts none (a one-run controller would only waste it); at most
 -- PRESTART_MAX wait in all, the oldest let go first, and a key whose launch was let go unused
 -- starts none for its next BACKOFF runs (options that vary run to run do not churn launches).
 -- A controller that ends without corral.close() has its waiting launches killed and their
@@ -88,23 +91,26 @@ end
 -- run gets anyway.
 function M.key(p, code, extra)
   local pol = p.pol
-  -- a run with files or arguments has a launch of its own: they are in its command line
+  -- a run with arguments has a launch of its own: they are in its command line. One with files
+  -- takes a launch whose program waits for them (files_wait: not a warm one's), which has read
+  -- none yet: they go in with the code.
   local o = p.opts
   if not (M.enabled and not pool.broken and (pol.prestart or 0) > 0 and pol.pid_namespace
-          and not pol.wrapper_isolates_network) or o.files or o.args or o.collect
+          and not pol.wrapper_isolates_network) or o.args
+      or (o.files and (p.use_zygote or not pol:files_wait({ files_in = true })))
       or (extra and extra.session) then
     return nil
   end
   local copy = {}
   for k, v in pairs(p.opts) do
     -- (the policy is `pol` itself, a table of its own: serve passes it)
-    if k ~= "stdin" and k ~= "timeout" and k ~= "policy" then copy[k] = v end
+    if k ~= "stdin" and k ~= "timeout" and k ~= "policy" and k ~= "files" then copy[k] = v end
   end
   local c = canon(copy, 0)
   if not c then return nil end
   return table.concat({ tostring(pol), p.opts.stdin and "stdin" or "-",
     (code or ""):find("\0", 1, true) and "nul" or "-", (extra and extra.kill_on_overflow) and "kill" or "-", c,
-    p.use_zygote and "warm" or "-" }, "|")
+    p.use_zygote and "warm" or "-", o.files and "files" or "-" }, "|")
 end
 
 local function same_args(a, b)
@@ -139,6 +145,11 @@ local function start_one(key, pol, o, host, has_nul, extra, use_zygote)
   local run = runmod.make(pol, nil, host, has_nul)
   if not run then return end
   run.zygote = use_zygote or nil
+  -- empty files: the launcher opens them now, the run's records go in with its code (take)
+  if (o.files or o.collect) and not runmod.write_files(run, { files = o.files and {}, collect = o.collect }, true) then
+    runmod.cleanup(run)
+    return
+  end
   local slot = { key = key, run = run, pol = pol, settings = runmod.spawn_settings(pol, o, extra) }
   local ok, proc, _, ecode = pcall(function()
     slot.args = pol:launch_args(o, run, host)
@@ -199,6 +210,11 @@ function M.take(key, p, code, on_done, extra)
     return nil
   end
   if not runmod.write_code(run, code) then let_go(slot, false) return nil end
+  -- the program waits for its files (files_wait): their records, before the byte
+  if o.files and not core.append_file(run.files_in, require("corral.workspace").pack(o.files)) then
+    let_go(slot, false)
+    return nil
+  end
   slot.finish = runmod.finisher(pol, o, run, host, on_done)
   local gok, went = pcall(slot.proc.go, slot.proc, { stdin = o.stdin, timeout = o.timeout })
   if not (gok and went) then
