@@ -9,10 +9,10 @@
 -- gives) and the files' contents, the same kind of stdin (none, or a pipe) and of code (with a NUL byte or not); then, to
 -- be exact whatever a policy's launch_args does, the launcher arguments the run would be given in
 -- that directory, and the spawn's own settings, must be the launch's, or it is let go and the run
--- starts cold. A run with `files` (not a warm one's) takes a launch made for runs with files:
--- its program waits for them (the policy's files_wait), so its interpreter starts ahead too, and
--- the run's records go in with its code; none of the run that started it. A run with `args` takes
--- none. A key's first run starts none (a one-run controller would only waste it); at most
+-- starts cold. Where the policy's program can wait for files given late (files_wait: through
+-- the prelude, not warm), a launch has an empty --files-in and its interpreter starts ahead and
+-- waits: a run's records (none of the run that started it) go in with its code. A run with
+-- `args` takes none. A key's first run starts none (a one-run controller would only waste it); at most
 -- PRESTART_MAX wait in all, the oldest let go first, and a key whose launch was let go unused
 -- starts none for its next BACKOFF runs (options that vary run to run do not churn launches).
 -- A controller that ends without corral.close() has its waiting launches killed and their
@@ -145,8 +145,11 @@ local function start_one(key, pol, o, host, has_nul, extra, use_zygote)
   local run = runmod.make(pol, nil, host, has_nul)
   if not run then return end
   run.zygote = use_zygote or nil
-  -- empty files: the launcher opens them now, the run's records go in with its code (take)
-  if (o.files or o.collect) and not runmod.write_files(run, { files = o.files and {}, collect = o.collect }, true) then
+  -- Empty files: the launcher opens them now, the run's records go in with its code (take).
+  -- Where the program can wait for its files (files_wait), every launch has them, files or
+  -- not: its interpreter starts ahead, and only the run's code is left to run once it is taken.
+  local ahead = not use_zygote and pol:files_wait({ files_in = true })
+  if (ahead or o.files or o.collect) and not runmod.write_files(run, { files = (ahead or o.files) and {}, collect = o.collect }, true) then
     runmod.cleanup(run)
     return
   end
