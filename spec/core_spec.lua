@@ -506,6 +506,91 @@ print("eof")
       assert.is_false(complete)
     end)
 
+    -- from a string and from a file alike: { list, complete, seen, flags }
+    local function both(data, given, caps)
+      local a = { core.records_unpack(data, given, caps) }
+      os.remove(dir .. "/r")
+      assert(core.write_file(dir .. "/r", data))
+      local b = { core.records_read(dir .. "/r", 1 << 30, given, caps) }
+      assert.are.same(a, b)
+      return a
+    end
+
+    it("makes at most the caps' entries, in the records' order, and passes over the rest", function()
+      local parts = {}
+      for i = 1, 250 do parts[i] = rec(i % 2 == 0 and "f" or "l", ("p%03d"):format(251 - i), 1, "644", "x") end
+      local body = table.concat(parts)
+      -- { records, caps, entries made, complete, flags }
+      for _, c in ipairs({
+        { body .. rec_end(250, ""), { files = 100 }, 100, true, "files" },
+        { body .. rec_end(250, "scan"), { files = 100 }, 100, true, "scan,files" },
+        { body .. rec_end(250, "bytes,files"), { files = 100 }, 100, true, "bytes,files" },
+        { body .. rec_end(250, ""), { files = 250 }, 250, true, "" },          -- exactly the cap
+        { body .. rec_end(250, ""), { files = 0 }, 0, true, "files" },
+        { body, { files = 100 }, 100, false, "files" },                       -- no end record
+        -- past the cap, a record is still read as one: cut short or not well formed, it ends the list
+        { body .. rec("f", "z", "1x", "644", "x") .. rec_end(251, ""), { files = 100 }, 100, false, "files" },
+        { body .. "f\0z\0" .. "1\0" .. "644\0" .. "9\0xx", { files = 100 }, 100, false, "files" },
+        { body .. rec("s", "z", 1, "644", "") .. rec_end(251, ""), { files = 100 }, 100, false, "files" },
+      }) do
+        local r = both(c[1], nil, c[2])
+        assert.are.equal(c[3], #r[1])
+        assert.are.same({ c[4], c[5] }, { r[2], r[4] })
+        -- the first records, sorted: p250 down to p151
+        if c[3] == 100 then
+          assert.are.same({ "p151", "p250" }, { r[1][1].path, r[1][100].path })
+        end
+      end
+    end)
+
+    it("cuts contents to the caps, each and in all, and flags what the sum cut", function()
+      local given = { ["in/g"] = "given!" }
+      local data = rec("s", "in/g", 6, "644", "") .. rec("f", "a", 8, "644", "abcdefgh")
+        .. rec("l", "b", 0, "777", "a-long-target") .. rec("f", "c", 8, "644", "12345678")
+        .. rec("f", "d", 1, "644", "xyz") .. rec("f", "e", 1, "644", "q") .. rec("e", "f", 1, "0", "EACCES")
+        .. rec_end(6, "")
+      local r = both(data, given, { file_bytes = 4, bytes = 13 })
+      local got = {}
+      for _, e in ipairs(r[1]) do got[e.path] = { e.content or e.target or e.error, e.size, e.truncated } end
+      assert.are.same({
+        ["in/g"] = { "give", 6, true },      -- 4 of 13: cut by file_bytes, not flagged
+        a = { "abcd", 8, true },             -- 8 of 13
+        b = { "a-long-target" },             -- a link's target is no content
+        c = { "1234", 8, true },             -- 12 of 13
+        d = { "x", 3, true },                -- 1 left: cut by the sum; its size said 1, 3 stored
+        e = { "", 1, true },                 -- none left
+        f = { "EACCES", 1 },
+      }, got)
+      assert.are.same({ true, 6, "bytes" }, { r[2], r[3], r[4] })
+      -- within the caps: as without them; a given content is the given string itself
+      r = both(data, given, { file_bytes = 8, bytes = 100 })
+      assert.are.same({ r[1], true, "" }, { core.records_unpack(data, given), r[2], r[4] })
+      assert.is_true(rawequal(given["in/g"], r[1][7].content))
+    end)
+
+    it("passes over a content past the caps across and beyond the buffer of a file", function()
+      local big = ("0123456789"):rep(20000)
+      local data = rec("f", "a-big", #big, "644", big) .. rec("f", "b-big", #big, "644", big)
+        .. rec("f", "c", 1, "644", "z") .. rec("f", "d", 2, "644", "zz") .. rec_end(4, "")
+      local r = both(data, nil, { files = 3, file_bytes = 70000, bytes = 100000 })
+      assert.are.equal(3, #r[1])
+      assert.are.equal(big:sub(1, 70000), r[1][1].content)
+      assert.are.equal(big:sub(1, 30000), r[1][2].content)
+      assert.are.same({ "", #big, true }, { r[1][3].content, r[1][2].size, r[1][2].truncated })
+      assert.are.same({ true, 4, "files,bytes" }, { r[2], r[3], r[4] })
+    end)
+
+    it("refuses caps that are not whole numbers of 0 or more, by name", function()
+      for _, bad in ipairs({ { file = 1 }, { files = -1 }, { bytes = 1.5 }, { file_bytes = "10" }, { [1] = 5 }, "caps" }) do
+        assert.has_error(function() core.records_unpack("", nil, bad) end)
+        assert.has_error(function() core.records_read(dir .. "/none", 10, nil, bad) end)
+      end
+      local ok, err = pcall(core.records_unpack, "", nil, { files = 1, bites = 2 })
+      assert.is_false(ok)
+      assert.matches("bites", err)
+      assert.are.equal(0, #core.records_unpack(rec_end(0, ""), nil, { files = 1.0, bytes = 0 }))
+    end)
+
     it("refuses what is not a regular file, never through a link, and leaks no fd", function()
       local fds = #core.fds()
       assert(core.write_file(dir .. "/r", ALL))

@@ -25,6 +25,10 @@ check(r and r.ok and #r.files == 5 and r.files[4].content == "B" and rawequal(r.
 check(#corral.run_python("pass", { files = given, collect = true }).files == 0, "collect all")
 local rcore = require "corral.core"
 check(#rcore.records_unpack("f\0p\0" .. "3\0" .. "644\0" .. "5\0ab") == 0, "records cut short")
+-- within caps: a content cut and the rest passed over, records past the entries' cap made into nothing
+local many = ("f\0p\0" .. "4\0" .. "644\0" .. "4\0abcd"):rep(1000) .. "end\0" .. "1000\0\0"
+local capped, capped_done, _, capped_flags = rcore.records_unpack(many, nil, { files = 10, file_bytes = 3, bytes = 20 })
+check(#capped == 10 and capped_done and capped_flags == "files,bytes" and capped[1].content == "abc", "records capped")
 collectgarbage()
 
 -- The HTTP server (core.http_listen), core.signal and core.timer, with real clients.
