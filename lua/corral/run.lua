@@ -127,11 +127,13 @@ function M.write_files(run, o, later)
 end
 
 --- What the launcher collected, read back: the result's `files`, and how the list was cut.
--- At most what the policy's caps let the launcher write (workspace.records_max); a file that
--- holds the bytes it was given gets them from `o.files`.
+-- At most what the policy's caps let the launcher write (workspace.records_max), and entries
+-- within the same caps (the launcher keeps them: the bound costs nothing); a file that holds
+-- the bytes it was given gets them from `o.files`.
 local function read_collected(pol, o, run)
   local ws = require "corral.workspace"
-  return ws.read(run.files_out, ws.records_max(ws.caps(pol)), o.files)
+  local caps = ws.caps(pol)
+  return ws.read(run.files_out, ws.records_max(caps), o.files, caps)
 end
 
 --- The end of a run: its result from the policy, its directory and uid given back, then
@@ -152,7 +154,7 @@ function M.finisher(pol, o, run, host, done)
       res.files, info = read_collected(pol, o, run)
       -- what cut the list short; "lost": the launcher was killed while it wrote
       res.files_truncated = #info.flags > 0 and info.flags or nil
-      if not info.complete then res.files_truncated = { "lost" } end
+      if not info.complete then res.files_truncated = { "lost", table.unpack(info.flags) } end
     end
     local cerr = cleanup(run)
     if not pok then

@@ -447,13 +447,16 @@ local function cell_result(self, req, answer, reason)
   end
   if res.reason == "exit" then res.returncode = int(answer.exit_code) or self.returncode end
   if req.collect then
-    -- the records of a run's collection, bounded again here: the kernel is the program's too
-    local list, info = workspace.unpack(type(answer.files) == "string" and core.b64decode(answer.files) or "")
+    -- the records of a run's collection, bounded again here as they are parsed: the kernel is
+    -- the program's too, and may write millions of records
+    local list, info = workspace.unpack(type(answer.files) == "string" and core.b64decode(answer.files) or "",
+      nil, self.caps)
     local flags = info.flags
     if not info.complete then
-      flags = { reason and reason ~= "error" and "lost" or "interrupted" }
+      -- no end record: what the caps cut, after why it is missing
+      flags = { reason and reason ~= "error" and "lost" or "interrupted", table.unpack(info.flags) }
     end
-    res.files, flags = workspace.bound(list, self.caps, flags)
+    res.files = workspace.bound(list)
     res.files_truncated = #flags > 0 and flags or nil
   end
   return res

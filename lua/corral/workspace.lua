@@ -231,24 +231,35 @@ local function unpacked(list, complete, seen, flags_text)
   return list, { complete = complete, flags = flags, seen = seen }
 end
 
+-- `caps` (M.caps's) as core.records_unpack and core.records_read take them, or nil.
+local function core_caps(caps)
+  if not caps then return nil end
+  return { files = caps.out_files, file_bytes = caps.out_file_bytes, bytes = caps.out_bytes }
+end
+
 --- What corral-launch --collect-to wrote (or a session's kernel sent): the entries, and what cut
 -- the list short. The records are parsed in C (core.records_unpack); nothing in them can make
 -- it raise.
 -- @param given the run's `files` (checked), or nil: a file the run left with the bytes it was
 -- given comes back as a record without them, and its content is the given string itself
+-- @param caps M.caps's, or nil: at most `out_files` entries are made (in the order of the
+-- records), `out_file_bytes` of content each and `out_bytes` in all; what is past them is
+-- passed over in C and never made, and flagged ("files", "bytes"). A producer that is not
+-- trusted to keep the caps (a session's kernel) costs the host its bytes and `out_files`
+-- entries, however many records it wrote.
 -- @return list of {path, type ("file", "link", "error"), size, mode, content, truncated, target,
 -- error}, sorted by path; and a table: `complete` (false: the writer did not finish: killed),
--- `flags` (list of what a cap cut: files, bytes, scan, depth, name, interrupted), `seen`
--- (entries looked at)
-function M.unpack(data, given)
-  return unpacked(core().records_unpack(data, M.by_path(given)))
+-- `flags` (list of what cut the list short: files, bytes, scan, depth, name, interrupted; with
+-- `complete` false, only what the caps cut), `seen` (entries looked at)
+function M.unpack(data, given, caps)
+  return unpacked(core().records_unpack(data, M.by_path(given), core_caps(caps)))
 end
 
 --- M.unpack of the records in the file at `path`, at most `max` bytes of it, read in pieces
 -- straight into the entries (core.records_read): no string of the whole file is made.
 -- @return as M.unpack; a file that cannot be read holds no entry and is not complete
-function M.read(path, max, given)
-  local list, complete, seen, flags = core().records_read(path, max, M.by_path(given))
+function M.read(path, max, given, caps)
+  local list, complete, seen, flags = core().records_read(path, max, M.by_path(given), core_caps(caps))
   if not list then return M.unpack("") end
   return unpacked(list, complete, seen, flags)
 end
@@ -261,35 +272,19 @@ function M.by_path(files)
   return t
 end
 
---- `list` (M.unpack's) within `caps`, from a producer that is not trusted to keep them (a
--- session's kernel, which the program can change): an entry whose path is not a relative path
--- of the work dir, or given twice, is dropped; at most `out_files` entries, `out_file_bytes`
--- of content each and `out_bytes` in all. `flags` gets what a cap cut ("files", "bytes").
--- @return the list, and flags
-function M.bound(list, caps, flags)
-  local out, seen, total, have = {}, {}, 0, {}
-  for _, f in ipairs(flags) do have[f] = true end
-  local function flag(f)
-    if not have[f] then have[f] = true flags[#flags + 1] = f end
-  end
+--- `list` (M.unpack's, made within the caps) from a producer that is not trusted to name its
+-- files well (a session's kernel, which the program can change): an entry whose path is not a
+-- relative path of the work dir, or given twice, is dropped.
+-- @return the list
+function M.bound(list)
+  local out, seen = {}, {}
   for _, e in ipairs(list) do
     if not (M.path_problem(e.path) or seen[e.path]) then
-      if #out >= caps.out_files then flag("files") break end
       seen[e.path] = true
-      if e.content then
-        local room = math.min(caps.out_file_bytes, caps.out_bytes - total)
-        if #e.content > room then
-          if room < caps.out_file_bytes then flag("bytes") end
-          e.content = e.content:sub(1, room)
-        end
-        if e.size < #e.content then e.size = #e.content end
-        e.truncated = #e.content < e.size
-        total = total + #e.content
-      end
       out[#out + 1] = e
     end
   end
-  return out, flags
+  return out
 end
 
 --- A result's files for JSON: contents in base64; a path that is not UTF-8 also as its bytes in
