@@ -29,6 +29,13 @@ check(#rcore.records_unpack("f\0p\0" .. "3\0" .. "644\0" .. "5\0ab") == 0, "reco
 local many = ("f\0p\0" .. "4\0" .. "644\0" .. "4\0abcd"):rep(1000) .. "end\0" .. "1000\0\0"
 local capped, capped_done, _, capped_flags = rcore.records_unpack(many, nil, { files = 10, file_bytes = 3, bytes = 20 })
 check(#capped == 10 and capped_done and capped_flags == "files,bytes" and capped[1].content == "abc", "records capped")
+-- from a file: a content cut past its 64 KiB buffer and the rest read and dropped
+local rdir = assert(rcore.mkdtemp("/tmp/corral-vg-rec.XXXXXX"))
+local big = ("y"):rep(200000)
+assert(rcore.write_file(rdir .. "/r", "f\0a\0" .. #big .. "\0" .. "644\0" .. #big .. "\0" .. big .. many))
+capped, capped_done = rcore.records_read(rdir .. "/r", 1 << 30, nil, { files = 5, file_bytes = 70000 })
+check(#capped == 5 and capped_done and #capped[1].content == 70000 and capped[2].content == "abcd", "records read capped")
+assert(rcore.rmtree(rdir))
 collectgarbage()
 
 -- The HTTP server (core.http_listen), core.signal and core.timer, with real clients.
