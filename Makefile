@@ -191,7 +191,7 @@ asan: deps-test
 FUZZ_CC      ?= clang
 REPLAY_CC    ?= gcc
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := plan utf8 lua
+FUZZ_TARGETS := plan utf8 lua records
 FUZZ_DIR     ?= build/fuzz
 REPLAY_DIR   ?= build/replay
 FUZZ_SAN     := -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -203,6 +203,11 @@ FUZZ_SRC_utf8   := csrc/core/utf8.c
 FUZZ_FLAGS_utf8 := -DCORRAL_UTF8_NO_LUA
 FUZZ_FLAGS_lua  := $(LUA_CFLAGS) -DCORRAL_ROOT='"$(CURDIR)"'
 FUZZ_LIBS_lua   := $(LUA_LIBS)
+# records.c alone: the Lua API, and libuv's headers only (core.h)
+FUZZ_SRC_records   := csrc/core/records.c
+FUZZ_HDR_records   := csrc/core/core.h csrc/launch/records.h
+FUZZ_FLAGS_records := $(LUA_CFLAGS) $(UV_CFLAGS)
+FUZZ_LIBS_records  := $(LUA_LIBS)
 FUZZ_ARGS_plan  := -max_len=9000 -dict=fuzz/plan.dict
 FUZZ_ARGS_lua   := -max_len=4096 -dict=fuzz/lua.dict
 

@@ -5,7 +5,7 @@
 -- exits non-zero. The fuzzing itself is `make fuzz` (clang, libFuzzer).
 local H = require "helper"
 
-local TARGETS = { "plan", "utf8", "lua" }
+local TARGETS = { "plan", "utf8", "lua", "records" }
 
 local function quote(s)
   return "'" .. s:gsub("'", "'\\''") .. "'"
