@@ -391,8 +391,9 @@ print("eof")
       { ALL .. rec_end(9, "files,bytes"), WANT, true, 9, "files,bytes" },
       { "", {}, false, 0, "" },
       { rec_end(0, ""), {}, true, 0, "" },
-      { "end\0", {}, true, 0, "" },                                   -- an end without its fields
-      { "end\0x\0", {}, true, 0, "" },                               -- nor a number of entries
+      { "end\0", {}, false, 0, "" },                                  -- an end without its fields
+      { "end\0" .. "3\0", {}, false, 3, "" },                         -- nor its flags
+      { "end\0x\0", {}, false, 0, "" },                              -- nor a number of entries
       { ALL, WANT, false, 0, "" },                                     -- killed before the end
       { F1 .. F2:sub(1, -3), { WANT[3] }, false, 0, "" },              -- content cut short
       { F1 .. "f\0a/c.bin\010\0", { WANT[3] }, false, 0, "" },        -- a head cut short

@@ -258,9 +258,12 @@ static int next_entry(lua_State *L, src *s, int given, caps *c, int *complete, l
   memcpy(kind, f, n);
   kind[n] = '\0';
   if (strcmp(kind, REC_END) == 0) {
-    *complete = 1;
-    if (!number_field(s, 10, seen)) *seen = 0;
-    f = src_field(s, &n);
+    /* complete with its two fields only: the writer may have been killed between two writes,
+     * and the flags it did not write are what cut the list */
+    int counted = number_field(s, 10, seen);
+    f = counted ? src_field(s, &n) : NULL;
+    *complete = f != NULL;
+    if (!counted) *seen = 0;
     lua_pushlstring(L, f != NULL ? f : "", f != NULL ? n : 0);
     return REC_STOP;
   }
