@@ -179,5 +179,6 @@ int corral_b64decode(lua_State *L);
 /* ---- lock.c ---- */
 int corral_lock(lua_State *L);
 void corral_lock_open(lua_State *L);          /* registers the corral.lock metatable */
+int corral_lock_fd(lua_State *L, int idx);    /* a lock's fd; -1 once closed */
 
 #endif

@@ -407,21 +407,18 @@ static int rm_unlink(int dirfd, const char *name, int flags) {
   return e;
 }
 
-/* Empty and remove directory `path` (already lstat'ed as st). Depth first: descend into the
- * first subdirectory found (closing the parent), and when a directory is empty go back up
- * through "..", checked against the recorded parent, remove it and list the parent again. */
-static void rm_dir(rm_state *s, const char *path, const struct stat *root_st) {
-  int cur, err = 0, e;
+/* Empty the directory open at `cur` (taken), whose stat is root_st. Depth first: descend into
+ * the first subdirectory found (closing the parent), and when a directory is empty go back up
+ * through "..", checked against the recorded parent, remove it and list the parent again.
+ * 0 when the walk came back to the root (which may still hold what could not go), -1 when it
+ * was cut short. */
+static int rm_walk(rm_state *s, int cur, const struct stat *root_st) {
+  int err = 0, e;
   s->root_dev = root_st->st_dev;
-  cur = rm_open_dir(AT_FDCWD, path, root_st, &err);
-  if (cur < 0) {
-    rm_note(s, err, NULL);
-    return;
-  }
   if ((e = rm_push(s, root_st->st_dev, root_st->st_ino, NULL)) != 0) {
     close(cur);
     rm_note(s, e, NULL);
-    return;
+    return -1;
   }
   for (;;) {
     DIR *d = fdopendir(cur);
@@ -432,7 +429,7 @@ static void rm_dir(rm_state *s, const char *path, const struct stat *root_st) {
     if (d == NULL) {
       rm_note(s, errno, NULL);
       close(cur);
-      return;
+      return -1;
     }
     for (;;) {
       struct stat st;
@@ -459,7 +456,7 @@ static void rm_dir(rm_state *s, const char *path, const struct stat *root_st) {
           close(child);
           closedir(d);
           rm_note(s, e, de->d_name);
-          return;
+          return -1;
         }
         break;
       }
@@ -485,13 +482,13 @@ static void rm_dir(rm_state *s, const char *path, const struct stat *root_st) {
     closedir(d);
     if (pfd < 0) {
       rm_note(s, e, NULL);
-      return;
+      return -1;
     }
     if (fstat(pfd, &pst) < 0 || pst.st_dev != s->stack[s->depth - 2].dev ||
         pst.st_ino != s->stack[s->depth - 2].ino) {
       rm_note(s, EAGAIN, NULL); /* moved while we were inside it */
       close(pfd);
-      return;
+      return -1;
     }
     f = s->stack[--s->depth];
     e = rm_unlink(pfd, f.name, AT_REMOVEDIR);
@@ -502,13 +499,109 @@ static void rm_dir(rm_state *s, const char *path, const struct stat *root_st) {
     free(f.name);
     cur = pfd;
   }
-  if (unlinkat(AT_FDCWD, path, AT_REMOVEDIR) < 0 && errno != ENOENT) rm_note(s, errno, NULL);
+  return 0;
 }
 
-/* core.rmtree(path) -> true | nil, err, code. A missing path is success; a symlink is removed,
- * not followed. */
+/* Empty and remove directory `path` (already lstat'ed as st). */
+static void rm_dir(rm_state *s, const char *path, const struct stat *root_st) {
+  int cur, err = 0;
+  cur = rm_open_dir(AT_FDCWD, path, root_st, &err);
+  if (cur < 0) {
+    rm_note(s, err, NULL);
+    return;
+  }
+  if (rm_walk(s, cur, root_st) == 0 && unlinkat(AT_FDCWD, path, AT_REMOVEDIR) < 0 && errno != ENOENT)
+    rm_note(s, errno, NULL);
+}
+
+/* Whether `name` of dirfd is the directory `want` (never following a link). */
+static int rm_is(int dirfd, const char *name, const struct stat *want) {
+  struct stat st;
+  return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+         st.st_dev == want->st_dev && st.st_ino == want->st_ino;
+}
+
+/* Empty and remove the directory open at `held` (an fd opened with O_NOFOLLOW when it was made),
+ * which was made at `path`. A process that shares our uid may have renamed it away and put a link
+ * or a file at `path`: the walk starts from the fd, never from the path; what stands at `path` is
+ * removed only when it is that directory, or when it is no directory (a link is never followed);
+ * and a directory renamed away is removed where the kernel says it is now (/proc/self/fd), once
+ * its entry there is checked to be the same inode. */
+static void rm_held(rm_state *s, const char *path, int held) {
+  struct stat hst, st;
+  char proc[32], *where = NULL, *slash;
+  ssize_t n;
+  int cur, pfd, e;
+  if (fstat(held, &hst) < 0) {
+    rm_note(s, errno, NULL);
+    return;
+  }
+  if (!S_ISDIR(hst.st_mode)) {
+    rm_note(s, ENOTDIR, NULL);
+    return;
+  }
+  /* (the program may have made it 000: reading it needs r, removing in it w and x) */
+  if ((hst.st_mode & 0700) != 0700) fchmod(held, 0700);
+  cur = openat(held, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* a listing of our own */
+  if (cur < 0) {
+    rm_note(s, errno, NULL);
+    return;
+  }
+  if (rm_walk(s, cur, &hst) != 0) return;
+  if (fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (st.st_dev == hst.st_dev && st.st_ino == hst.st_ino) {
+      if (unlinkat(AT_FDCWD, path, AT_REMOVEDIR) < 0 && errno != ENOENT) rm_note(s, errno, NULL);
+      return;
+    }
+    /* something put in its place: a link or a file goes; a directory (which another run may
+     * have been given since) stays */
+    if (!S_ISDIR(st.st_mode) && unlinkat(AT_FDCWD, path, 0) < 0 && errno != ENOENT)
+      rm_note(s, errno, NULL);
+  } else if (errno != ENOENT && errno != ENOTDIR) {
+    rm_note(s, errno, NULL);
+  }
+  /* renamed away, or removed already (no link left to it) */
+  if (fstat(held, &hst) < 0 || hst.st_nlink == 0) return;
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", held);
+  where = (char *)malloc(PATH_MAX);
+  if (where == NULL) {
+    rm_note(s, ENOMEM, NULL);
+    return;
+  }
+  n = readlink(proc, where, PATH_MAX - 1);
+  if (n <= 0 || where[0] != '/') { /* no /proc, or out of our sight (another mount namespace) */
+    rm_note(s, n < 0 ? errno : EXDEV, NULL);
+    free(where);
+    return;
+  }
+  where[n] = '\0';
+  slash = strrchr(where, '/');
+  *slash = '\0';
+  pfd = open(slash == where ? "/" : where, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (pfd < 0)
+    e = errno;
+  else if (!rm_is(pfd, slash + 1, &hst))
+    e = EAGAIN; /* moved again meanwhile */
+  else
+    e = unlinkat(pfd, slash + 1, AT_REMOVEDIR) < 0 ? errno : 0;
+  if (pfd >= 0) close(pfd);
+  if (e != 0 && s->err == 0) {
+    *slash = '/';
+    s->err = e;
+    s->errpath = where; /* freed with the state's */
+    return;
+  }
+  free(where);
+}
+
+/* core.rmtree(path[, held]) -> true | nil, err, code. A missing path is success; a symlink is
+ * removed, not followed. held: a lock taken on the directory made at path (core.lock), whose fd
+ * the tree is removed through, wherever it is now (rm_held); once closed (a Lua state's close
+ * finalizes it first), the path is walked as without it. */
 int corral_rmtree(lua_State *L) {
   const char *arg = check_path(L, 1);
+  int held = lua_isnoneornil(L, 2) ? -1 : corral_lock_fd(L, 2);
+
   size_t n = strlen(arg);
   rm_state s;
   struct stat st;
@@ -521,7 +614,9 @@ int corral_rmtree(lua_State *L) {
 
   memset(&s, 0, sizeof s);
   s.root = path;
-  if (fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+  if (held >= 0) {
+    rm_held(&s, path, held);
+  } else if (fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     if (errno != ENOENT) rm_note(&s, errno, NULL);
   } else if (!S_ISDIR(st.st_mode)) {
     if (unlinkat(AT_FDCWD, path, 0) < 0 && errno != ENOENT) rm_note(&s, errno, NULL);

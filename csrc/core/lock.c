@@ -64,6 +64,12 @@ int corral_lock(lua_State *L) {
   return 1;
 }
 
+/* The fd of the lock at idx (a directory's, for core.lock(dir)); -1 once closed. */
+int corral_lock_fd(lua_State *L, int idx) {
+  lock_ud *k = (lock_ud *)luaL_checkudata(L, idx, CORRAL_LOCK_MT);
+  return k->fd;
+}
+
 void corral_lock_open(lua_State *L) {
   static const luaL_Reg methods[] = {
       {"close", lock_close},
