@@ -260,6 +260,7 @@ static const luaL_Reg funcs[] = {
     {"rmtree", corral_rmtree},
     {"write_file", corral_write_file},
     {"append_file", corral_append_file},
+    {"create_file", corral_create_file},
     {"read_file", corral_read_file},
     {"records_read", corral_records_read},
     {"records_unpack", corral_records_unpack},
@@ -313,6 +314,7 @@ LUAMOD_API int luaopen_corral_core(lua_State *L) {
 
   corral_proc_open(L);
   corral_lock_open(L);
+  corral_file_open(L);
   corral_records_open(L);
   corral_http_open(L);
   corral_watch_open(L);

@@ -28,6 +28,7 @@
 #define CORRAL_LOOP_MT "corral.loop"
 #define CORRAL_PROC_MT "corral.proc"
 #define CORRAL_LOCK_MT "corral.lock"
+#define CORRAL_FILE_MT "corral.file"
 #define CORRAL_DIR_MT  "corral.dirguard"
 #define CORRAL_SERVER_MT "corral.http_server"
 #define CORRAL_RES_MT    "corral.http_res"
@@ -141,6 +142,9 @@ int corral_mkdtemp(lua_State *L);
 int corral_rmtree(lua_State *L);
 int corral_write_file(lua_State *L);
 int corral_append_file(lua_State *L);
+int corral_create_file(lua_State *L);
+void corral_file_open(lua_State *L);          /* registers the corral.file metatable */
+int corral_file_fd(lua_State *L, int idx);    /* an open file's fd; raises when closed */
 int corral_read_file(lua_State *L);
 int corral_chown(lua_State *L);
 int corral_chmod(lua_State *L);

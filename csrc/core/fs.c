@@ -1,5 +1,6 @@
 /*
- * corral.core: files. mkdtemp, rmtree, write_file, read_file, chown, chmod, exists.
+ * corral.core: files. mkdtemp, rmtree, write_file, create_file (a file kept open), read_file,
+ * chown, chmod, exists.
  *
  * None of them follows a symlink in the last component. rmtree walks a tree the sandboxed code
  * may have shaped (symlinks to elsewhere, chmod 000 directories, 10,000 levels of nesting): it
@@ -183,6 +184,105 @@ int corral_append_file(lua_State *L) {
   }
   lua_pushboolean(L, 1);
   return 1;
+}
+
+/* ---- files kept open ------------------------------------------------------------------------ */
+
+/* A run's records in and out: made by name in the run's directory, then reached through this fd
+ * alone once the launcher has removed the name (--unlink-files), so that a program sharing our
+ * uid finds no path to them (the controller is not dumpable: not through /proc/PID/fd either). */
+typedef struct file_ud {
+  int fd; /* -1: closed */
+} file_ud;
+
+static file_ud *file_check(lua_State *L, int idx) {
+  file_ud *f = (file_ud *)luaL_checkudata(L, idx, CORRAL_FILE_MT);
+  luaL_argcheck(L, f->fd >= 0, idx, "the file is closed");
+  return f;
+}
+
+int corral_file_fd(lua_State *L, int idx) {
+  return file_check(L, idx)->fd;
+}
+
+/* core.create_file(path[, mode=0600]) -> file | nil, err, code: a new regular file (O_EXCL,
+ * never through a link), its mode exactly `mode`, open for reading and appending whatever the
+ * mode. */
+int corral_create_file(lua_State *L) {
+  const char *path = check_path(L, 1);
+  mode_t mode = check_mode(L, 2, 0600);
+  file_ud *f = (file_ud *)lua_newuserdatauv(L, sizeof *f, 0);
+  int e;
+  f->fd = -1;
+  luaL_setmetatable(L, CORRAL_FILE_MT);
+  f->fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (f->fd < 0) {
+    e = errno;
+    return corral_fail_errno(L, e, "cannot create %s", path);
+  }
+  if (fchmod(f->fd, mode) < 0) {
+    e = errno;
+    close(f->fd);
+    f->fd = -1;
+    unlink(path);
+    return corral_fail_errno(L, e, "cannot set the mode of %s", path);
+  }
+  return 1;
+}
+
+/* file:append(data) -> true | nil, err, code: data (as write_file's) at the end. A process that
+ * opened the file already reads it. On failure what was written stays. */
+static int file_append(lua_State *L) {
+  file_ud *f = file_check(L, 1);
+  size_t len;
+  lua_Integer n;
+  const char *data;
+  check_data(L, &data, &len, &n);
+  if ((data ? write_all(f->fd, data, len) : write_list(L, f->fd, n)) < 0) {
+    int e = errno;
+    return corral_fail_errno(L, e, "cannot write the file");
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* file:close(), __gc, __close. Safe twice. */
+static int file_close(lua_State *L) {
+  file_ud *f = (file_ud *)luaL_checkudata(L, 1, CORRAL_FILE_MT);
+  if (f->fd >= 0) {
+    close(f->fd);
+    f->fd = -1;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int file_tostring(lua_State *L) {
+  file_ud *f = (file_ud *)luaL_checkudata(L, 1, CORRAL_FILE_MT);
+  if (f->fd < 0)
+    lua_pushstring(L, "corral.file (closed)");
+  else
+    lua_pushfstring(L, "corral.file (fd %d)", f->fd);
+  return 1;
+}
+
+void corral_file_open(lua_State *L) {
+  static const luaL_Reg methods[] = {
+      {"append", file_append},
+      {"close", file_close},
+      {NULL, NULL},
+  };
+  luaL_newmetatable(L, CORRAL_FILE_MT);
+  lua_newtable(L);
+  luaL_setfuncs(L, methods, 0);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, file_close);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, file_close);
+  lua_setfield(L, -2, "__close");
+  lua_pushcfunction(L, file_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
 }
 
 /* core.read_file(path, max) -> bytes, truncated | nil, err, code: a regular file, never through a

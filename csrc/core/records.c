@@ -1,9 +1,10 @@
 /*
  * corral.core: the records of a run's collection (csrc/launch/records.h), read into Lua tables.
  *
- * core.records_read(path, max[, given[, caps]]) -> list, complete, seen, flags | nil, err, code
+ * core.records_read(path or file, max[, given[, caps]]) -> list, complete, seen, flags | nil, err,
+ * code
  *   the records in at most `max` bytes of the regular file at path (never through a link at its
- *   last name), read in pieces of RECORDS_BUF: a collection costs the strings of its contents
+ *   last name), or of a file of core.create_file (from its start), read in pieces of RECORDS_BUF: a collection costs the strings of its contents
  *   and no string of the whole (100 files of 10 KB: one copy each, no 1 MB string to copy from
  *   and collect).
  * core.records_unpack(data[, given[, caps]]) -> list, complete, seen, flags
@@ -461,17 +462,20 @@ int corral_records_unpack(lua_State *L) {
   return unpack(L, &s, given, &c);
 }
 
-/* core.records_read(path, max[, given[, caps]]) -> list, complete, seen, flags | nil, err, code */
+/* core.records_read(path or file, max[, given[, caps]]) -> list, complete, seen, flags | nil, err,
+ * code. A file (core.create_file) is read from its start. */
 int corral_records_read(lua_State *L) {
-  size_t plen;
-  const char *path = luaL_checklstring(L, 1, &plen);
+  size_t plen = 0;
+  int held = lua_type(L, 1) == LUA_TUSERDATA ? corral_file_fd(L, 1) : -1;
+  const char *path = held >= 0 ? "the collected file" : luaL_checklstring(L, 1, &plen);
   lua_Integer max = luaL_checkinteger(L, 2);
   struct stat st;
   recfile *f;
   src s;
   caps c;
   int nret, given, e;
-  luaL_argcheck(L, plen > 0 && strlen(path) == plen, 1, "path is empty or contains a NUL byte");
+  luaL_argcheck(L, held >= 0 || (plen > 0 && strlen(path) == plen), 1,
+                "path is empty or contains a NUL byte");
   luaL_argcheck(L, max >= 0 && max <= ((lua_Integer)1 << 40), 2, "max out of range");
   given = given_arg(L, 3);
   caps_arg(L, 4, &c);
@@ -479,7 +483,19 @@ int corral_records_read(lua_State *L) {
   f = (recfile *)lua_newuserdatauv(L, sizeof *f, 0);
   f->fd = -1;
   luaL_setmetatable(L, RECORDS_MT);
-  f->fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  /* (a file's own offset, shared with the dup, goes back to its start; its appends are not
+   * moved by it) */
+  if (held >= 0) {
+    f->fd = fcntl(held, F_DUPFD_CLOEXEC, 0);
+    if (f->fd >= 0 && lseek(f->fd, 0, SEEK_SET) < 0) {
+      e = errno;
+      close(f->fd);
+      f->fd = -1;
+      errno = e;
+    }
+  } else {
+    f->fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  }
   if (f->fd < 0) {
     e = errno;
     return corral_fail_errno(L, e, "cannot open %s", path);
