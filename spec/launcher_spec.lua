@@ -56,6 +56,7 @@ describe("corral-launch", function()
     { "--files-wait-fd 2 --files-in /x --chdir /tmp -- /bin/true", "out of range" },
     { "--report-fd 3 --files-wait-fd 3 --files-in /x --chdir /tmp -- /bin/true 3>/dev/null", "is not the report fd" },
     { "--status-fd 5 --files-wait-fd 4 --files-in /x --chdir /tmp -- /bin/true", "goes without --status-fd" },
+    { "--unlink-files -- /bin/true", "--unlink-files needs --files-in or --collect-to" },
     { "--ro-bind /usr --code-at run/corral -- /bin/true", "not an absolute path" },
     { "--ro-bind /usr --code-at /run/./corral -- /bin/true", "'.'" },
     { "--ro-bind /usr --work-tmpfs 1024 --chdir /tmp --work-at /home/s --code-at /home/s/c -- /bin/true", "overlap" },
@@ -160,16 +161,26 @@ describe("corral-launch", function()
     -- the program reads fd 5 to its end (not there: the files came first), then says what is in
     -- its work dir
     local PROG = "/bin/sh -c '(cat <&5) >/dev/null 2>&1; echo ran && cat in/a in/b'"
-    local function files_run(recs, ns)
+    local function files_run(recs, ns, extra, prog)
       local top = H.sh("mktemp -d /tmp/corral-fw-XXXXXX"):gsub("%s+$", "")
       local f = assert(io.open(top .. "/in", "wb"))
       f:write(recs)
       f:close()
       assert(os.execute("mkdir " .. top .. "/work"))
       local out = launch("--report-fd 3 " .. ns .. " --work-tmpfs 1048576 --chdir " .. top .. "/work --files-in " .. top ..
-        "/in --files-wait-fd 5 -- " .. PROG .. " 3>&1")
+        "/in --files-wait-fd 5 " .. (extra or "") .. " -- " .. (prog or PROG) .. " 3>&1")
       H.sh("rm -rf " .. top)
       return out, report.parse(out)
+    end
+
+    for _, ns in ipairs({ "--pidns", "--no-pidns" }) do
+      it("are no longer named in the run directory when the program starts, with --unlink-files (" .. ns .. ")", function()
+        local out, rep = files_run(records({ { "in/a", "644", "A\n" } }), ns, "--unlink-files",
+          "/bin/sh -c '(cat <&5) >/dev/null 2>&1; cat in/a; ls ..'")
+        assert.are.equal(0, status(out), out)
+        assert.is_truthy(out:find("A\nwork\n", 1, true), out)
+        assert.are.equal("1", rep.applied["files-in"], out)
+      end)
     end
 
     for _, ns in ipairs({ "--pidns", "--no-pidns" }) do

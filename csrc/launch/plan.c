@@ -96,6 +96,9 @@ static const char help_text[] =
 	"                        written to --collect-to (docs/internals.md)\n"
 	"  --collect-all         every file the run made or changed\n"
 	"  --collect-to FILE     where the collected files go (an existing file)\n"
+	"  --unlink-files        remove the names of --files-in and --collect-to once\n"
+	"                        they are open, before the program exists (the host\n"
+	"                        keeps fds of its own)\n"
 	"  --collect-max N,FILE,TOTAL\n"
 	"                        at most N files, FILE bytes of each and TOTAL\n"
 	"                        bytes in all (default 100,8388608,16777216)\n"
@@ -435,7 +438,7 @@ enum opt {
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD, O_RELAY,
 	O_STATUS_FD,
 	O_PRESTART, O_FILES_IN, O_FILES_WAIT_FD, O_COLLECT, O_COLLECT_ALL, O_COLLECT_TO, O_COLLECT_MAX,
-	O_COUNT
+	O_UNLINK_FILES, O_COUNT
 };
 
 static const struct {
@@ -496,6 +499,7 @@ static const struct {
 	[O_COLLECT_ALL] = { "--collect-all", 0, 0 },
 	[O_COLLECT_TO] = { "--collect-to", 1, 0 },
 	[O_COLLECT_MAX] = { "--collect-max", 1, 0 },
+	[O_UNLINK_FILES] = { "--unlink-files", 0, 0 },
 };
 
 /* A glob relative to --chdir: no empty, "." or ".." segment, at most two "**". */
@@ -749,6 +753,9 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 		return 0;
 	case O_COLLECT_MAX:
 		return parse_collect_max(p, v, err, errlen);
+	case O_UNLINK_FILES:
+		p->unlink_files = 1;
+		return 0;
 	case O_COUNT:
 		break;
 	}
@@ -914,6 +921,10 @@ int plan_parse(struct plan *p, int argc, char **argv, char *err, size_t errlen)
 	}
 	if (!p->collect_to != !(p->ncollect || p->collect_all)) {
 		fail(err, errlen, "--collect-to goes with --collect GLOB or --collect-all");
+		goto bad;
+	}
+	if (p->unlink_files && !p->files_in && !p->collect_to) {
+		fail(err, errlen, "--unlink-files needs --files-in or --collect-to");
 		goto bad;
 	}
 	if (p->collect_all && p->ncollect) {

@@ -102,6 +102,7 @@ struct plan {
 				     * it runs its code, so the init may start it first and unpack
 				     * meanwhile (workspace.c). -1: none */
 	const char *collect_to;     /* --collect-to FILE, or NULL */
+	int unlink_files;           /* --unlink-files: both names removed once open (workspace.c) */
 	const char *collect[PLAN_COLLECT_MAX];      /* --collect GLOB, relative to --chdir */
 	size_t ncollect;
 	int collect_all;            /* --collect-all */

@@ -593,7 +593,7 @@ const char *explain(enum what w, int err)
 			return "--files-in is not a list of PATH, MODE, SIZE records";
 		return "cannot make the program's files in the work dir";
 	case W_COLLECT:
-		return "cannot open the --collect-to file";
+		return "cannot open the --collect-to file (or, with --unlink-files, remove its name)";
 	case W_RLIMIT:
 	case W_COUNT:
 		break;

@@ -75,6 +75,20 @@ int workspace_open(struct launch *L)
 			return -1;
 		}
 	}
+	/* Without a mount namespace and Landlock, a program of the launcher's uid reaches the run
+	 * directory: no name may lead it to the records the supervisor reads and the host reads
+	 * back. No program has run any code yet (a warm one waits for the init's word); from here
+	 * on the records are this non-dumpable process's fds and the host's. */
+	if (p->unlink_files) {
+		if (p->files_in && unlink(p->files_in) != 0) {
+			report_fatal(W_FILES_IN, errno, p->files_in);
+			return -1;
+		}
+		if (p->collect_to && unlink(p->collect_to) != 0) {
+			report_fatal(W_COLLECT, errno, p->collect_to);
+			return -1;
+		}
+	}
 	return 0;
 }
 
