@@ -571,6 +571,9 @@ function Policy:launch_args(opts, run, host)
     local caps = require("corral.workspace").caps(self)
     add("--collect-max", caps.out_files .. "," .. caps.out_file_bytes .. "," .. caps.out_bytes)
   end
+  -- the records are the supervisor's and the host's alone: once open, their names go (the host
+  -- keeps fds of its own), before a program that may share our uid could reach them
+  if run.files_in or run.files_out then add("--unlink-files") end
   for _, e in ipairs(self:environment(opts, run)) do a[n + 1], a[n + 2], n = "--env", e, n + 2 end
   add("--chdir", run.workdir, "--")
   for _, v in ipairs(self:command(opts, run, host)) do a[#a + 1] = v end

@@ -20,17 +20,15 @@ local hold_broken = false
 function M.cleanup(run)
   local err
   live[run] = nil
+  if run.in_file then run.in_file:close() run.in_file = nil end
+  if run.out_file then run.out_file:close() run.out_file = nil end
   if run.top then
-    -- what make and write_files made, when that is all there is (the work dir is a tmpfs of
-    -- the run's own mount namespace, so empty here): a call each, not a walk of the tree
-    local top = run.top
-    if run.files_in then os.remove(run.files_in) end
-    if run.files_out then os.remove(run.files_out) end
-    if not (run.code_path and (os.remove(run.code_path) or not run.code_written)
-            and os.remove(run.code_dir) and os.remove(run.workdir) and os.remove(top)) then
-      local ok, e = core.rmtree(top)
-      if not ok then err = e end
-    end
+    -- Through the fd of the lock taken on the directory when it was made, never by its path:
+    -- where a program shares our uid (no run uid, no mount namespace, no Landlock) it may have
+    -- renamed the directory away and put a link to elsewhere in its place. The directory is
+    -- removed wherever it is now; a link at its path goes, unfollowed.
+    local ok, e = core.rmtree(run.top, run.lock)
+    if not ok then err = e end
     run.top = nil
   end
   if run.lock then
@@ -49,7 +47,6 @@ local cleanup = M.cleanup
 -- @return true, or nil, message, code
 function M.write_code(run, code)
   local ok, err, ecode = core.write_file(run.code_path, code, run.uid and 288 or 256) -- 0440 / 0400
-  run.code_written = ok and true
   if ok and run.uid then ok, err, ecode = core.chown(run.code_path, -1, run.gid) end
   return ok, err, ecode
 end
@@ -111,29 +108,51 @@ end
 function M.write_files(run, o, later)
   local ws = require "corral.workspace"
   run.main = o.main
+  -- The launcher opens both, then removes their names (--unlink-files) before the program
+  -- exists: the records held late and the collection are reached through the host's own fds.
   if o.files then
     run.files_in = run.top .. "/in"
     local records = ws.pack(o.files)
-    if later then run.files_later = records end
-    local ok, err, ecode = core.write_file(run.files_in, later and "" or records, later and 384 or 256) -- 0600 / 0400
-    if not ok then return nil, err, ecode end
+    if later then
+      run.files_later = records
+      local f, err, ecode = core.create_file(run.files_in, 256)                   -- 0400
+      if not f then return nil, err, ecode end
+      run.in_file = f
+    else
+      local ok, err, ecode = core.write_file(run.files_in, records, 256)          -- 0400
+      if not ok then return nil, err, ecode end
+    end
   end
   if o.collect then
     run.files_out = run.top .. "/out"
-    local ok, err, ecode = core.write_file(run.files_out, "", 384)                -- 0600
-    if not ok then return nil, err, ecode end
+    local f, err, ecode = core.create_file(run.files_out, 384)                    -- 0600
+    if not f then return nil, err, ecode end
+    run.out_file = f
   end
   return true
 end
 
+-- The records held back for a launch that has the file open already (M.start_cold); the
+-- host's fd is done with then.
+local function append_later(run)
+  local records = run.files_later
+  run.files_later = nil
+  local ok, err, ecode = run.in_file:append(records)
+  run.in_file:close()
+  run.in_file = nil
+  return ok, err, ecode
+end
+
 --- What the launcher collected, read back: the result's `files`, and how the list was cut.
 -- At most what the policy's caps let the launcher write (workspace.records_max), and entries
--- within the same caps (the launcher keeps them: the bound costs nothing); a file that holds
--- the bytes it was given gets them from `o.files`.
+-- within the same caps; a file that holds the bytes it was given gets them from `o.files`. The
+-- launcher runs in the program's reach where there is no mount namespace, no Landlock and no run
+-- uid: whatever the records say, the list holds relative paths of the work dir, each once.
 local function read_collected(pol, o, run)
   local ws = require "corral.workspace"
   local caps = ws.caps(pol)
-  return ws.read(run.files_out, ws.records_max(caps), o.files, caps)
+  local list, info = ws.read(run.out_file, ws.records_max(caps), o.files, caps)
+  return ws.bound(list), info
 end
 
 --- The end of a run: its result from the policy, its directory and uid given back, then
@@ -239,9 +258,7 @@ function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
   if later and spawn_ok and not proc and scode == "ENOSYS" then
     -- no pidfd to watch a held launch: the records first, then a plain spawn
     hold_broken, later = true, false
-    local records = run.files_later
-    run.files_later = nil
-    local ok, aerr, acode = core.append_file(run.files_in, records)
+    local ok, aerr, acode = append_later(run)
     if not ok then cleanup(run) return nil, aerr, acode end
     spawn_ok, proc, serr, scode = pcall(spawn)
   end
@@ -253,9 +270,7 @@ function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
   if not proc then cleanup(run) return nil, serr, scode end
   run.proc = proc
   if later then
-    local records = run.files_later
-    run.files_later = nil
-    local ok, aerr, acode = core.append_file(run.files_in, records)
+    local ok, aerr, acode = append_later(run)
     if not ok then
       -- the launch is let go: nothing of the run ran, its end cleans up
       run.failed = { aerr, acode }

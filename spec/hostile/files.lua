@@ -220,6 +220,11 @@ except OSError as e:
         if not core.lstat(ctx.sentinel_dir .. "/" .. f) then gone[#gone + 1] = f end
       end
       assert(#gone == 0, "the clean-up removed " .. table.concat(gone, ", ") .. " from a host directory")
+      -- and the run directory, renamed away, went all the same
+      local base = require("corral.host").run_dir_base()
+      for _, name in ipairs(core.listdir(base) or {}) do
+        assert(not name:find(ctx.marker, 1, true), "the run directory was left at " .. base .. "/" .. name)
+      end
     end,
   },
   {
