@@ -316,8 +316,8 @@ function S.scan_top(top, work_tmpfs, code_name)
   local extra = {}
   -- (a link the program put in place of the directory is not followed: where it leads is the
   -- case's to check)
-  local st = top and core.lstat(top)
-  if not st or st.type ~= "directory" then return extra end
+  local top_st = top and core.lstat(top)
+  if not top_st or top_st.type ~= "directory" then return extra end
   walk(top, "", function(rel, st)
     if rel == ".lock" or rel == "code" or rel == "work" or rel == "code/" .. code_name then return end
     if rel:sub(1, 5) == "work/" and not work_tmpfs then return end
