@@ -37,6 +37,16 @@ $VG --trace-children=no $L --report-fd 3 --pidns --work-tmpfs 1048576 --chdir "$
   --files-in "$ws/in" --files-wait-fd 4 --collect-to "$ws/out" --collect '**' -- \
   /bin/sh -c 'cat <&4 >/dev/null; echo x >made' 3>/dev/null
 grep -q made "$ws/out"
+# again without a PID namespace, the names removed once open: the caller reads out through its fd
+rm -rf "$ws/work" "$ws/out"
+mkdir "$ws/work"
+printf 'in/a\000644\0003\000abc' >"$ws/in"
+: >"$ws/out"
+exec 5<"$ws/out"
+$VG --trace-children=no $L --report-fd 3 --no-pidns --chdir "$ws/work" --files-in "$ws/in" \
+  --collect-to "$ws/out" --collect '**' --unlink-files -- /bin/sh -c 'cat in/a >/dev/null; echo x >made' 3>/dev/null
+[ ! -e "$ws/in" ] && [ ! -e "$ws/out" ] && grep -q made <&5
+exec 5<&-
 rm -rf "$ws"
 # the holder of a shared network namespace, ended at EOF on its stdin
 (sleep 0.2) | $VG --trace-children=no $L --hold-net >/dev/null

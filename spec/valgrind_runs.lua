@@ -99,6 +99,21 @@ w:close()
 srv:close()
 core.run("nowait")
 assert(core.rmtree(dir))
+-- a run directory renamed away with a link in its place: removed through the lock's fd
+do
+  local top = assert(core.mkdtemp("/tmp/corral-vg-XXXXXX"))
+  local lock = assert(core.lock(top))
+  assert(core.mkdir(top .. "/work"))
+  local f = assert(core.create_file(top .. "/out"))
+  check(f:append({ "f\0a\0" .. "1\0" .. "644\0" .. "1\0" .. "A", "end\0" .. "1\0" .. "\0" }), "create_file: append")
+  local list, complete = core.records_read(f, 4096)
+  check(complete and #list == 1 and list[1].content == "A", "records_read of a file")
+  f:close()
+  assert(os.rename(top, top .. ".moved"))
+  assert(core.symlink("/nonexistent", top))
+  check(core.rmtree(top, lock) and not core.lstat(top) and not core.lstat(top .. ".moved"), "rmtree: held")
+  lock:close()
+end
 -- stream mode: writes round-trip, an on_output error is re-raised, queued writes are dropped by
 -- a kill, and a run left streaming is closed by the loop's teardown
 do
