@@ -400,6 +400,30 @@ print("eof")
       assert.is_nil(core.lstat(top))
       assert(core.rmtree(outside))
     end)
+
+    it("removes the names it is given first, and walks what they leave", function()
+      local names = { "code/main.py", "code/", "work/" }
+      for _, extra in ipairs({ false, "/work/x", "/y" }) do
+        local top = assert(core.mkdtemp("/tmp/corral-test-XXXXXX"))
+        local held = assert(core.lock(top))
+        assert(core.mkdir(top .. "/code", 448))
+        assert(core.mkdir(top .. "/work", 448))
+        assert(core.write_file(top .. "/code/main.py", "x", 420))
+        if extra then assert(core.write_file(top .. extra, "x", 420)) end
+        assert(os.rename(top, top .. ".moved"))
+        assert(core.rmtree(top, held, names))
+        held:close()
+        assert.is_nil(core.lstat(top .. ".moved"))
+      end
+      local top = assert(core.mkdtemp("/tmp/corral-test-XXXXXX"))
+      local held = assert(core.lock(top))
+      for _, bad in ipairs({ { "/x" }, { "../x" }, { "a/./b" }, { "a//b" }, { "" }, { {} } }) do
+        assert.has_error(function() core.rmtree(top, held, bad) end)
+      end
+      assert(core.rmtree(top, held, {}))
+      held:close()
+      assert.is_nil(core.lstat(top))
+    end)
   end)
 
   describe("records_unpack and records_read", function()

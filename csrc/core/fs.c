@@ -621,17 +621,103 @@ static int rm_is(int dirfd, const char *name, const struct stat *want) {
          st.st_dev == want->st_dev && st.st_ino == want->st_ino;
 }
 
+/* Remove the directory held from wherever it is: at `path` when that is still it (a link or a
+ * file put in its place goes, unfollowed; a directory there, which another run may have been
+ * given since, stays), else where the kernel says it is now (/proc/self/fd), once its entry there
+ * is checked to be the same inode. 0 when done; ENOTEMPTY, not noted, when `quiet` and it is not
+ * empty; -1 after a failure, noted. */
+static int rm_held_root(rm_state *s, const char *path, int held, const struct stat *hst, int quiet) {
+  struct stat st;
+  char proc[32], *where, *slash;
+  ssize_t n;
+  int pfd, e;
+  if (fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (st.st_dev == hst->st_dev && st.st_ino == hst->st_ino) {
+      if (unlinkat(AT_FDCWD, path, AT_REMOVEDIR) == 0 || errno == ENOENT) return 0;
+      e = errno;
+      if (quiet && (e == ENOTEMPTY || e == EEXIST)) return ENOTEMPTY;
+      rm_note(s, e, NULL);
+      return -1;
+    }
+    if (!S_ISDIR(st.st_mode) && unlinkat(AT_FDCWD, path, 0) < 0 && errno != ENOENT)
+      rm_note(s, errno, NULL);
+  } else if (errno != ENOENT && errno != ENOTDIR) {
+    rm_note(s, errno, NULL);
+  }
+  /* renamed away, or removed already (no link left to it) */
+  if (fstat(held, &st) < 0 || st.st_nlink == 0) return 0;
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", held);
+  where = (char *)malloc(PATH_MAX);
+  if (where == NULL) {
+    rm_note(s, ENOMEM, NULL);
+    return -1;
+  }
+  n = readlink(proc, where, PATH_MAX - 1);
+  if (n <= 0 || where[0] != '/') { /* no /proc, or out of our sight (another mount namespace) */
+    rm_note(s, n < 0 ? errno : EXDEV, NULL);
+    free(where);
+    return -1;
+  }
+  where[n] = '\0';
+  slash = strrchr(where, '/');
+  *slash = '\0';
+  pfd = open(slash == where ? "/" : where, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (pfd < 0)
+    e = errno;
+  else if (!rm_is(pfd, slash + 1, hst))
+    e = EAGAIN; /* moved again meanwhile */
+  else
+    e = unlinkat(pfd, slash + 1, AT_REMOVEDIR) < 0 ? errno : 0;
+  if (pfd >= 0) close(pfd);
+  if (quiet && (e == ENOTEMPTY || e == EEXIST)) {
+    free(where);
+    return ENOTEMPTY;
+  }
+  if (e != 0 && s->err == 0) {
+    *slash = '/';
+    s->err = e;
+    s->errpath = where; /* freed with the state's */
+    return -1;
+  }
+  free(where);
+  return e != 0 ? -1 : 0;
+}
+
+/* Remove `name` (relative: its segments checked by the caller; a trailing '/' says it is a
+ * directory) below the directory fd `held`, each segment opened with O_NOFOLLOW. Failures are
+ * left to the walk. */
+static void rm_name(int held, const char *name) {
+  char buf[PATH_MAX];
+  char *seg = buf, *slash;
+  size_t len = strlen(name);
+  int dfd = held, flags = 0;
+  if (len == 0 || len >= sizeof buf) return;
+  memcpy(buf, name, len + 1);
+  if (buf[len - 1] == '/') {
+    buf[len - 1] = '\0';
+    flags = AT_REMOVEDIR;
+  }
+  while ((slash = strchr(seg, '/')) != NULL) {
+    int next;
+    *slash = '\0';
+    next = openat(dfd, seg, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd != held) close(dfd);
+    if (next < 0) return;
+    dfd = next;
+    seg = slash + 1;
+  }
+  unlinkat(dfd, seg, flags);
+  if (dfd != held) close(dfd);
+}
+
 /* Empty and remove the directory open at `held` (an fd opened with O_NOFOLLOW when it was made),
  * which was made at `path`. A process that shares our uid may have renamed it away and put a link
- * or a file at `path`: the walk starts from the fd, never from the path; what stands at `path` is
- * removed only when it is that directory, or when it is no directory (a link is never followed);
- * and a directory renamed away is removed where the kernel says it is now (/proc/self/fd), once
- * its entry there is checked to be the same inode. */
-static void rm_held(rm_state *s, const char *path, int held) {
-  struct stat hst, st;
-  char proc[32], *where = NULL, *slash;
-  ssize_t n;
-  int cur, pfd, e;
+ * or a file at `path`: everything starts from the fd, never from the path (rm_held_root). The
+ * `names` the caller expects there (nnames of them) go first, a call or two each; the walk
+ * (a listing per directory, a stat per entry) only when they were not all there is. */
+static void rm_held(rm_state *s, const char *path, int held, const char *const *names, int nnames) {
+  struct stat hst;
+  int cur, i;
   if (fstat(held, &hst) < 0) {
     rm_note(s, errno, NULL);
     return;
@@ -642,66 +728,30 @@ static void rm_held(rm_state *s, const char *path, int held) {
   }
   /* (the program may have made it 000: reading it needs r, removing in it w and x) */
   if ((hst.st_mode & 0700) != 0700) fchmod(held, 0700);
+  if (nnames > 0) {
+    for (i = 0; i < nnames; i++) rm_name(held, names[i]);
+    if (rm_held_root(s, path, held, &hst, 1) != ENOTEMPTY) return;
+  }
   cur = openat(held, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* a listing of our own */
   if (cur < 0) {
     rm_note(s, errno, NULL);
     return;
   }
   if (rm_walk(s, cur, &hst) != 0) return;
-  if (fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-    if (st.st_dev == hst.st_dev && st.st_ino == hst.st_ino) {
-      if (unlinkat(AT_FDCWD, path, AT_REMOVEDIR) < 0 && errno != ENOENT) rm_note(s, errno, NULL);
-      return;
-    }
-    /* something put in its place: a link or a file goes; a directory (which another run may
-     * have been given since) stays */
-    if (!S_ISDIR(st.st_mode) && unlinkat(AT_FDCWD, path, 0) < 0 && errno != ENOENT)
-      rm_note(s, errno, NULL);
-  } else if (errno != ENOENT && errno != ENOTDIR) {
-    rm_note(s, errno, NULL);
-  }
-  /* renamed away, or removed already (no link left to it) */
-  if (fstat(held, &hst) < 0 || hst.st_nlink == 0) return;
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", held);
-  where = (char *)malloc(PATH_MAX);
-  if (where == NULL) {
-    rm_note(s, ENOMEM, NULL);
-    return;
-  }
-  n = readlink(proc, where, PATH_MAX - 1);
-  if (n <= 0 || where[0] != '/') { /* no /proc, or out of our sight (another mount namespace) */
-    rm_note(s, n < 0 ? errno : EXDEV, NULL);
-    free(where);
-    return;
-  }
-  where[n] = '\0';
-  slash = strrchr(where, '/');
-  *slash = '\0';
-  pfd = open(slash == where ? "/" : where, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (pfd < 0)
-    e = errno;
-  else if (!rm_is(pfd, slash + 1, &hst))
-    e = EAGAIN; /* moved again meanwhile */
-  else
-    e = unlinkat(pfd, slash + 1, AT_REMOVEDIR) < 0 ? errno : 0;
-  if (pfd >= 0) close(pfd);
-  if (e != 0 && s->err == 0) {
-    *slash = '/';
-    s->err = e;
-    s->errpath = where; /* freed with the state's */
-    return;
-  }
-  free(where);
+  rm_held_root(s, path, held, &hst, 0);
 }
 
-/* core.rmtree(path[, held]) -> true | nil, err, code. A missing path is success; a symlink is
- * removed, not followed. held: a lock taken on the directory made at path (core.lock), whose fd
- * the tree is removed through, wherever it is now (rm_held); once closed (a Lua state's close
- * finalizes it first), the path is walked as without it. */
+/* core.rmtree(path[, held[, names]]) -> true | nil, err, code. A missing path is success; a
+ * symlink is removed, not followed. held: a lock taken on the directory made at path (core.lock),
+ * whose fd the tree is removed through, wherever it is now (rm_held); once closed (a Lua state's
+ * close finalizes it first), the path is walked as without it. names: with held, at most
+ * RM_NAMES relative paths expected in it ("dir/" for a directory), removed first. */
+#define RM_NAMES 16
 int corral_rmtree(lua_State *L) {
   const char *arg = check_path(L, 1);
   int held = lua_isnoneornil(L, 2) ? -1 : corral_lock_fd(L, 2);
-
+  const char *names[RM_NAMES];
+  int nnames = 0;
   size_t n = strlen(arg);
   rm_state s;
   struct stat st;
@@ -709,13 +759,37 @@ int corral_rmtree(lua_State *L) {
   char *path;
   while (n > 1 && arg[n - 1] == '/') n--; /* "link/" would follow the link */
   luaL_argcheck(L, !(n == 1 && arg[0] == '/'), 1, "refusing to remove /");
+  if (!lua_isnoneornil(L, 3)) {
+    lua_Integer k, len;
+    luaL_checktype(L, 3, LUA_TTABLE);
+    len = (lua_Integer)lua_rawlen(L, 3);
+    luaL_argcheck(L, len <= RM_NAMES, 3, "too many names");
+    for (k = 1; k <= len; k++) {
+      size_t nl;
+      const char *nm, *seg;
+      lua_rawgeti(L, 3, k);
+      nm = lua_tolstring(L, -1, &nl);
+      lua_pop(L, 1); /* (the table keeps the string) */
+      luaL_argcheck(L, nm != NULL && nl > 0 && strlen(nm) == nl && nm[0] != '/', 3,
+                    "names must be relative paths");
+      for (seg = nm; *seg;) {
+        size_t sl = strcspn(seg, "/");
+        luaL_argcheck(L, !(sl == 0 && seg[sl] == '/') && !(sl == 1 && seg[0] == '.') &&
+                      !(sl == 2 && seg[0] == '.' && seg[1] == '.'), 3,
+                      "a name has an empty, '.' or '..' segment");
+        seg += sl;
+        if (*seg == '/') seg++;
+      }
+      names[nnames++] = nm;
+    }
+  }
   lua_pushlstring(L, arg, n);
   path = (char *)lua_tostring(L, -1);
 
   memset(&s, 0, sizeof s);
   s.root = path;
   if (held >= 0) {
-    rm_held(&s, path, held);
+    rm_held(&s, path, held, names, nnames);
   } else if (fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     if (errno != ENOENT) rm_note(&s, errno, NULL);
   } else if (!S_ISDIR(st.st_mode)) {

@@ -26,8 +26,12 @@ function M.cleanup(run)
     -- Through the fd of the lock taken on the directory when it was made, never by its path:
     -- where a program shares our uid (no run uid, no mount namespace, no Landlock) it may have
     -- renamed the directory away and put a link to elsewhere in its place. The directory is
-    -- removed wherever it is now; a link at its path goes, unfollowed.
-    local ok, e = core.rmtree(run.top, run.lock)
+    -- removed wherever it is now; a link at its path goes, unfollowed. What make made, when
+    -- that is all there is (the launcher removed in and out; the work dir is a tmpfs of the
+    -- run's own mount namespace, so empty here), goes a call each, without a walk.
+    local top = run.top
+    local names = run.code_path and { run.code_path:sub(#top + 2), "code/", "work/" } or nil
+    local ok, e = core.rmtree(top, run.lock, names)
     if not ok then err = e end
     run.top = nil
   end
