@@ -214,9 +214,12 @@ function M.take(key, p, code, on_done, extra)
   end
   if not runmod.write_code(run, code) then let_go(slot, false) return nil end
   -- the program waits for its files (files_wait): their records, before the byte
-  if o.files and not core.append_file(run.files_in, require("corral.workspace").pack(o.files)) then
-    let_go(slot, false)
-    return nil
+  if run.in_file then
+    run.files_later = o.files and require("corral.workspace").pack(o.files) or ""
+    if not runmod.append_later(run) then
+      let_go(slot, false)
+      return nil
+    end
   end
   slot.finish = runmod.finisher(pol, o, run, host, on_done)
   local gok, went = pcall(slot.proc.go, slot.proc, { stdin = o.stdin, timeout = o.timeout })

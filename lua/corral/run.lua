@@ -136,9 +136,9 @@ function M.write_files(run, o, later)
   return true
 end
 
--- The records held back for a launch that has the file open already (M.start_cold); the
--- host's fd is done with then.
-local function append_later(run)
+--- The records held back for a launch that has the file open already (M.start_cold, and a
+-- launch started ahead: corral.prestart); the host's fd is done with then.
+function M.append_later(run)
   local records = run.files_later
   run.files_later = nil
   local ok, err, ecode = run.in_file:append(records)
@@ -262,7 +262,7 @@ function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
   if later and spawn_ok and not proc and scode == "ENOSYS" then
     -- no pidfd to watch a held launch: the records first, then a plain spawn
     hold_broken, later = true, false
-    local ok, aerr, acode = append_later(run)
+    local ok, aerr, acode = M.append_later(run)
     if not ok then cleanup(run) return nil, aerr, acode end
     spawn_ok, proc, serr, scode = pcall(spawn)
   end
@@ -274,7 +274,7 @@ function M.start_cold(pol, o, host, code, on_done, extra, use_zygote)
   if not proc then cleanup(run) return nil, serr, scode end
   run.proc = proc
   if later then
-    local ok, aerr, acode = append_later(run)
+    local ok, aerr, acode = M.append_later(run)
     if not ok then
       -- the launch is let go: nothing of the run ran, its end cleans up
       run.failed = { aerr, acode }
