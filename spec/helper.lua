@@ -73,6 +73,14 @@ end
 -- processes of another test session on the machine, those whose parents lead to another busted
 -- before pid 1 and never to us; an escapee's, and those of a controller a spec started apart
 -- (its parents lead to pid 1), lead there without one.
+--- Whether `args` (a process's command line) is a launch started ahead that no run took yet:
+-- corral-launch --prestart whose code dir (--ro-bind DIR --code-at) holds no code.
+function H.idle_launch(args)
+  if not (args and args:find("corral-launch --prestart ", 1, true)) then return false end
+  local dir = args:match("%-%-ro%-bind (%S+) %-%-code%-at ")
+  return dir ~= nil and core.exists(dir) and #(core.listdir(dir) or {}) == 0
+end
+
 function H.stray_processes()
   -- zombies are left out: dead, holding nothing but a pid, and on a machine whose pid 1 does not
   -- reap (a container's), an escapee killed after its run stays one for good
@@ -89,6 +97,19 @@ function H.stray_processes()
   end
   f:close()
   local me = core.getpid()
+  local args_of = {}
+  for _, p in ipairs(procs) do args_of[p.pid] = p.args end
+  -- a launch started ahead waits with its interpreter up and no code yet (files_wait): what runs
+  -- under it is no run's until its code is there
+  local function idle(pid)
+    local seen = 0
+    pid = parent[pid]
+    while pid and pid > 1 and seen < 8 do
+      if H.idle_launch(args_of[pid]) then return true end
+      pid, seen = parent[pid], seen + 1
+    end
+    return false
+  end
   local function foreign(pid)
     local other, seen = false, 0
     pid = parent[pid]
@@ -115,7 +136,7 @@ function H.stray_processes()
       -- holder of its shared network namespace (--hold-net), which lives as long as the process
       local launcher = args:find("corral-launch ", 1, true) and args:find("--parent-pid " .. me .. " ", 1, true)
         and not args:find("--hold-net", 1, true) and not prestarted
-      if (run_uid or runs_code or launcher) and not foreign(pid) then
+      if (run_uid or runs_code or launcher) and not foreign(pid) and not (runs_code and idle(pid)) then
         strays[#strays + 1] = { pid = pid, uid = uid, comm = args:sub(1, 60) }
       end
     end

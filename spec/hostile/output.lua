@@ -13,7 +13,9 @@ return {
     needs = { "output-cap" },
     check = function(r)
       assert.are.equal(string.rep("o", 1000), r.stdout)
-      assert.is_true(r.stdout_bytes > 10 * 1000 * 1000, "only " .. r.stdout_bytes .. " bytes read")
+      -- read on past the cap, not stopped at it (a reader that stops leaves the writer blocked
+      -- on a full pipe: a cap and a pipe's 64 KiB); how much more depends on the machine's speed
+      assert.is_true(r.stdout_bytes > 1000 * 1000, "only " .. r.stdout_bytes .. " bytes read")
     end,
   },
   {
@@ -24,7 +26,9 @@ return {
     check = function(r)
       assert.are.equal(string.rep("e", 1000), r.stderr)
       assert.are.equal("", r.stdout)
-      assert.is_true(r.stderr_bytes > 10 * 1000 * 1000, "only " .. r.stderr_bytes .. " bytes read")
+      -- read on past the cap, not stopped at it (a reader that stops leaves the writer blocked
+      -- on a full pipe: a cap and a pipe's 64 KiB); how much more depends on the machine's speed
+      assert.is_true(r.stderr_bytes > 1000 * 1000, "only " .. r.stderr_bytes .. " bytes read")
     end,
   },
   {
