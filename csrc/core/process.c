@@ -42,6 +42,9 @@
 #define MAX_CAP ((lua_Integer)1 << 30)
 #define DEFAULT_GRACE 0.2
 #define STDIN_QUEUE_MAX ((size_t)16 * 1024 * 1024) /* stream mode: bytes proc:write may queue */
+/* A launch started ahead and let go: how long its init may take to end its namespace, after EOF
+ * on the report socket, before its group is killed. */
+#define LET_GO_MS 2000
 
 enum { ST_UNUSED = 0, ST_OPEN, ST_CLOSED };
 
@@ -1210,10 +1213,18 @@ static int proc_kill(lua_State *L) {
       started = 1;
     }
     if (r->held) {
-      /* a launch started ahead and let go: nothing of a run in it to let finish; its end must
-       * be seen by core.run() */
+      /* A launch started ahead and let go: nothing of a run in it to let finish; its end must
+       * be seen by core.run(). EOF on its report socket ends it where it waits: the init kills
+       * and reaps an interpreter it started ahead (files_wait) and exits, and the launcher after
+       * it, so that nothing of it is left once its end is seen. A SIGKILL of the launcher would
+       * end it at once and leave the namespace's teardown for after. */
+      uv_os_fd_t fd;
       r->held = 0;
-      r->grace_ms = 0;
+      r->grace_ms = LET_GO_MS;
+      if (r->rep.state == ST_OPEN && uv_fileno((uv_handle_t *)&r->rep.pipe, &fd) == 0)
+        shutdown(fd, SHUT_WR);
+      else
+        r->grace_ms = 0;
       set_ref(r, 1);
       corral_zlink_hold(r->zl, 0);
     }
