@@ -52,13 +52,14 @@ function H.temp_dirs()
   return t
 end
 
---- Pids of processes whose command line contains `marker` (other than the look-up itself).
+--- Pids of processes whose command line contains `marker` (other than the look-up itself), of
+-- this pass's uids (the other pass runs the same specs at the same time).
 function H.pids_with(marker)
-  local f = io.popen("ps -e -o pid=,args=")
+  local f = io.popen("ps -e -o pid=,uid=,args=")
   local pids = {}
   for line in f:lines() do
-    local pid, args = line:match("^%s*(%d+)%s+(.*)$")
-    if pid and args:find(marker, 1, true) and tonumber(pid) ~= core.getpid() then
+    local pid, uid, args = line:match("^%s*(%d+)%s+(%d+)%s+(.*)$")
+    if pid and args:find(marker, 1, true) and tonumber(pid) ~= core.getpid() and ours(tonumber(uid)) then
       pids[#pids + 1] = tonumber(pid)
     end
   end
