@@ -421,6 +421,55 @@ describe("prestarted launches", function()
     assert(corral.close())
   end)
 
+  it("leave nothing for the run that takes one, even to a program with the controller's uid and no mount namespace nor Landlock (user_namespace never, filesystem off)", function()
+    -- What a controller that is not root gets where user namespaces are refused (a container
+    -- without them, gVisor): the PID namespace is refused, so a launch started ahead waits in
+    -- the launcher with its run directory on the host, beside the running program's, both of
+    -- the controller's uid. The next run's launch is made while this one runs. (As root the
+    -- PID namespace is had without a user namespace: nothing of the waiting launch is in reach.)
+    local pol = require("corral.policy").load("default"):extend { name = "exposed-ahead",
+      user_namespace = "never", filesystem = "off" }
+    local elsewhere = assert(core.mkdtemp("/tmp/corral-spec-elsewhere-XXXXXX"))
+    local F = { { path = "given.txt", content = "given" } }
+    local attacker = ([[
+import os, time
+mine = os.path.dirname(os.getcwd())
+base = os.path.dirname(mine)
+hit = 0
+deadline = time.time() + 3
+while not hit and time.time() < deadline:
+    for n in os.listdir(base):
+        top = os.path.join(base, n)
+        if not n.startswith('corral-') or top == mine:
+            continue
+        try:
+            if os.listdir(top + '/code'):
+                continue
+            # a file for the next run's work dir, and its code written where this run says
+            open(top + '/work/planted.txt', 'w').write('not the run')
+            os.rename(top + '/code', top + '/code.gone')
+            os.symlink('ELSEWHERE', top + '/code')
+            hit += 1
+        except OSError:
+            pass
+    time.sleep(0.01)
+print('hit', hit)
+]]):gsub("ELSEWHERE", elsewhere)
+    run("print('first')", { policy = pol, files = F, collect = true })
+    local _, a = run(attacker, { policy = pol, files = F, collect = true, timeout = 10 })
+    local _, v = run("import os\nSECRET = 'the next run'\nprint(sorted(os.listdir('.')))",
+      { policy = pol, files = F, collect = true })
+    local left = core.listdir(elsewhere)
+    assert(corral.close())
+    assert(core.rmtree(elsewhere))
+    assert.is_true(v.ok, v.stderr)
+    assert.are.equal("['given.txt']\n", v.stdout, "the run saw another run's file (" .. a.stdout .. ")")
+    for _, f in ipairs(v.files or {}) do
+      assert.are_not.equal("planted.txt", f.path, "the run's result carries another run's file")
+    end
+    assert.are.same({}, left, "the run's code was written outside its run directory")
+  end)
+
   it("are let go by corral.close(): no process, directory or fd left", function()
     run("print(1)")
     run("print(1)")
