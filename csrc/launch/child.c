@@ -430,6 +430,27 @@ static void signals_reset_exec(const struct launch *L)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+/* --separate: the program is walled off from the controller and from other runs by a uid of its
+ * own (their files and processes are another user's: --uid as root), or by Landlock's filesystem
+ * rules with a PID namespace or Landlock's signal scope (no file and no process of theirs in its
+ * reach). Every user namespace map the launcher and the zygote write is the identity, so the uid
+ * the program has inside is the one the host sees: without --uid, the controller's. */
+static int step_separate(const struct launch *L, const struct landlock *ll)
+{
+	const struct plan *p = L->plan;
+
+	if (p->separate == PLAN_MECH_OFF)
+		return 0;
+	if (getuid() != L->euid || (ll->applied && (L->pidns || ll->scope))) {
+		report_applied("separation");
+		return 0;
+	}
+	if (p->separate == PLAN_MECH_REQUIRE)
+		return -1;
+	report_refused("separation", EOPNOTSUPP, SEPARATE_LOST);
+	return 0;
+}
+
 NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 {
 	const struct plan *p = L->plan;
@@ -461,6 +482,8 @@ NORETURN void child_run(const struct launch *L, pid_t parent, int errfd)
 	step_no_new_privs();
 	if (landlock_enforce(p, &ll) != 0)      /* needs no_new_privs without CAP_SYS_ADMIN */
 		die(errfd, ll.what, ll.err);
+	if (step_separate(L, &ll) != 0)
+		die(errfd, W_SEPARATE, EOPNOTSUPP);
 	if (step_chdir(L) != 0)
 		die(errfd, W_CHDIR, errno);
 	if (step_close_fds() != 0)

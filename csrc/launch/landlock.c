@@ -273,6 +273,7 @@ int landlock_prepare(const struct launch *L, struct landlock *ll)
 	ll->handled_fs = 0;
 	ll->net = 0;
 	ll->scope = 0;
+	ll->applied = 0;
 	ll->net_shared = L->net_shared;
 	ll->what = W_LANDLOCK;
 	ll->err = 0;
@@ -368,6 +369,7 @@ int landlock_enforce(const struct plan *p, struct landlock *ll)
 		return unavailable(p, ll, errno, ll->net, ll->scope);
 	close(ll->fd);
 	ll->fd = -1;
+	ll->applied = 1;
 	report_applied_num("filesystem", (unsigned)ll->abi);
 	if (ll->net)
 		report_applied("landlock-net");

@@ -82,6 +82,7 @@ enum what {
 	W_WARM,                 /* supervise.c: corral-zygote could not fork the program */
 	W_FILES_IN,             /* workspace.c */
 	W_COLLECT,              /* workspace.c */
+	W_SEPARATE,             /* child.c: --separate require, and no wall applied */
 	W_COUNT
 };
 
@@ -200,6 +201,7 @@ struct landlock {
 	unsigned long long handled_fs;  /* filesystem rights the ruleset handles */
 	int net;                /* 1: TCP bind and connect handled (--deny-tcp) */
 	int scope;              /* 1: abstract unix sockets and signals scoped (--scope) */
+	int applied;            /* 1: the ruleset was enforced (landlock_enforce) */
 	int net_shared;         /* 1: the run shares its network namespace (L->net_shared): the
 				 * scope is required */
 	enum what what;         /* after -1: the fatal step ... */
@@ -300,6 +302,12 @@ struct launch {
 	struct child_state child;
 	struct workspace_state ws;
 };
+
+/* What a run without --separate's walls is open to: its refusal's message and its fatal's. */
+#define SEPARATE_LOST "the program would have the controller's uid without Landlock's " \
+	"filesystem rules (with a PID namespace or signal scoping), which puts the controller's files " \
+	"and processes and other runs' directories in its reach; run the controller as root (a uid " \
+	"per run) or on a kernel with Landlock"
 
 /* ---- report.c: every function here is async-signal-safe ---- */
 

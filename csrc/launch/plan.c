@@ -112,6 +112,12 @@ static const char help_text[] =
 	"  --deny-tcp            no TCP bind or connect (Landlock ABI 4+)\n"
 	"  --scope               no abstract unix socket or signal outside the\n"
 	"                        run (Landlock ABI 6+)\n"
+	"  --separate off|auto|require\n"
+	"                        the program is walled off from the controller\n"
+	"                        and other runs: a uid of its own (--uid, no\n"
+	"                        user namespace), or Landlock's filesystem rules\n"
+	"                        with a PID namespace or --scope; auto: reported\n"
+	"                        as refused when not; require: fatal (default off)\n"
 	"  --seccomp off|auto|require\n"
 	"                        a seccomp filter for the program (default off)\n"
 	"  --deny-syscall NAME   repeatable (at most 256); NAME fails with EPERM\n"
@@ -438,7 +444,7 @@ enum opt {
 	O_PIDNS, O_NO_PIDNS, O_SWEEP_UID, O_NO_SWEEP_UID, O_PROBE, O_HELP, O_HOLD_NET, O_HELD, O_RELAY,
 	O_STATUS_FD,
 	O_PRESTART, O_FILES_IN, O_FILES_WAIT_FD, O_COLLECT, O_COLLECT_ALL, O_COLLECT_TO, O_COLLECT_MAX,
-	O_UNLINK_FILES, O_COUNT
+	O_UNLINK_FILES, O_SEPARATE, O_COUNT
 };
 
 static const struct {
@@ -478,6 +484,7 @@ static const struct {
 	[O_FLUSH_MS] = { "--flush-ms", 1, 0 },
 	[O_DENY_TCP] = { "--deny-tcp", 0, 0 },
 	[O_SCOPE] = { "--scope", 0, 0 },
+	[O_SEPARATE] = { "--separate", 1, 0 },
 	[O_DENY_SOCKETS] = { "--deny-sockets", 0, 0 },
 	[O_DENY_SOCKETS_NONS] = { "--deny-sockets-without-netns", 0, 0 },
 	[O_UNIX_PAIRS] = { "--unix-pairs-only", 0, 0 },
@@ -689,6 +696,8 @@ static int apply_opt(struct plan *p, enum opt o, const char *v, char *err, size_
 	case O_SCOPE:
 		p->scope = 1;
 		return 0;
+	case O_SEPARATE:
+		return parse_mech("--separate", v, &p->separate, err, errlen);
 	case O_DENY_SOCKETS:
 		p->deny_sockets = 1;
 		return 0;

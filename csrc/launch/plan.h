@@ -117,6 +117,7 @@ struct plan {
 	size_t nfs_rw;
 	int deny_tcp;               /* --deny-tcp: Landlock ABI 4+, no TCP bind or connect */
 	int scope;                  /* --scope: Landlock ABI 6+, abstract unix sockets, signals */
+	enum plan_mech separate;    /* --separate: walled off from the controller and other runs */
 	/* seccomp (seccomp.c), applied by the program last before execve. */
 	enum plan_mech seccomp;
 	const char *deny_syscall[PLAN_SYSCALLS_MAX];  /* names, [a-z0-9_], answered EPERM */

@@ -298,6 +298,7 @@ static const char *const steps[W_COUNT] = {
 	[W_WARM] = "warm",
 	[W_FILES_IN] = "files-in",
 	[W_COLLECT] = "collect",
+	[W_SEPARATE] = "separation",
 };
 
 const char *what_step(enum what w)
@@ -594,6 +595,8 @@ const char *explain(enum what w, int err)
 		return "cannot make the program's files in the work dir";
 	case W_COLLECT:
 		return "cannot open the --collect-to file (or, with --unlink-files, remove its name)";
+	case W_SEPARATE:
+		return SEPARATE_LOST;
 	case W_RLIMIT:
 	case W_COUNT:
 		break;

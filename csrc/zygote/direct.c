@@ -127,6 +127,7 @@ static NORETURN void program_main(const struct job *j, int errfd, int go)
 	mounts_settle(&L);
 	L.shared = &z->ns;
 	L.userns = z->ns.userns;
+	L.euid = z->ns.euid;
 	/* the zygote's, shared by its runs, unless the walls sharing needs are missing */
 	L.netns = z->ns.net_got || j->own_net;
 	L.net_shared = z->ns.net_got && !j->own_net;

@@ -265,6 +265,8 @@ static NORETURN void program_main(const struct zygote *z, struct plan *p, int ma
 	L.plan = p;
 	mounts_settle(&L);
 	L.userns = (mask & CLONE_NEWUSER) || z->ns.userns;
+	L.euid = z->ns.euid;
+	L.pidns = 1;            /* the init's, which it joined */
 	L.net_shared = z->ns.net_got;   /* every run shares the zygote's */
 	L.run_program = py_run_program;
 	L.nproc_beside = p->has_ids ? 0 : 2;   /* the launcher and init, in the run's user
