@@ -33,6 +33,9 @@ local P = policy.load("default"):extend {
   -- to everything under them; it has its own read-only root
   filesystem = "off",
   seccomp = "off",
+  -- bwrap's own: a root of read-only binds of what the interpreter needs, in its own mount
+  -- namespace (the fallback where bwrap cannot run is default's, which requires it)
+  separation = "off",
   bwrap_path = "/usr/bin:/bin:/usr/local/bin",
   -- bwrap's monitor and the relay: RLIMIT_NPROC counts them with the interpreter's processes
   wrapper_processes = 2,

@@ -77,6 +77,12 @@ return policy.base {
   deny_tcp = true,
   -- no signal and no abstract unix socket reaches outside the run (Landlock ABI 6)
   scope = true,
+  -- the program walled off from the controller and from other runs: a uid of its own (as root),
+  -- or Landlock's filesystem rules with the PID namespace or signal scoping. Without either wall
+  -- (not root, and no Landlock: a kernel without it, gVisor) it would have the controller's uid
+  -- and reach its files, its processes and other runs' directories, so nothing runs; "auto"
+  -- runs it anyway (listed in `refused`), and starts no launch ahead for it
+  separation = "require",
 
   -- seccomp: these system calls fail with EPERM (a clean PermissionError in Python, not a kill)
   seccomp = "auto",

@@ -1,6 +1,7 @@
 -- Policies: loading by name, path and table; maxima that clamp or refuse; the shipped examples.
 local corral = require "corral"
 local policy = require "corral.policy"
+local core = require "corral.core"
 local H = require "helper"
 
 describe("policies", function()
@@ -41,7 +42,6 @@ describe("policies", function()
   end)
 
   it("lets runs read, not write, the datasets example's directory, and nothing else on the host", function()
-    local core = require "corral.core"
     local dir = assert(core.mkdtemp("/tmp/corral-ds-XXXXXX"))
     local other = assert(core.mkdtemp("/tmp/corral-ds-XXXXXX"))
     assert(core.chmod(dir, 493)) -- 0755: the run uid may read it by its permissions
@@ -142,7 +142,7 @@ except OSError as e:
   local walls = {
     { "seccomp off", { seccomp = "off" } },
     { "deny_sockets never", { deny_sockets = "never" } },
-    { "Landlock off", { filesystem = "off" } },
+    { "Landlock off", { filesystem = "off", separation = "auto" } },
     { "no scope", { scope = false } },
   }
   for _, w in ipairs(walls) do
@@ -197,5 +197,34 @@ print("done")
     assert.is_false(H.has(r.limits, "pid-namespace"))
     assert.is_true(r.usage.wall_s < 2)
     assert.are.same({}, H.stray_processes())
+  end)
+
+  it("walls every run off from the controller and other runs, or runs nothing (separation)", function()
+    -- default: Landlock with the PID namespace here, and a uid per run as root
+    local r = assert(corral.run_python("print(1)"))
+    assert.is_true(H.has(r.limits, "separated"), table.concat(r.limits, " "))
+    -- neither a user namespace (so no PID namespace without root) nor Landlock: as root the run
+    -- still has a uid of its own; otherwise it would have the controller's, and nothing runs
+    local exposed = policy.load("default"):extend { name = "exposed", user_namespace = "never", filesystem = "off" }
+    local code = "import os; print(os.getuid())"
+    local e, err, ecode = corral.run_python(code, { policy = exposed })
+    if H.root then
+      assert(e, err)
+      assert.is_true(H.has(e.limits, "separated"), table.concat(e.limits, " "))
+      assert.are_not.equal("0\n", e.stdout)
+    else
+      assert.is_nil(e)
+      assert.are.equal("ENOTSUP", ecode)
+      for _, part in ipairs({ "policy 'exposed'", "separation", "controller's uid", "as root", "Landlock",
+                              "Nothing ran", 'separation = "auto"' }) do
+        assert.is_truthy(err:find(part, 1, true), err)
+      end
+      -- "auto" runs it, and says so
+      local auto = exposed:extend { name = "exposed-auto", separation = "auto" }
+      local a = assert(corral.run_python(code, { policy = auto }))
+      assert.are.equal(core.getuid() .. "\n", a.stdout)
+      assert.is_false(H.has(a.limits, "separated"))
+      assert.are.equal("EOPNOTSUPP", a.refused.separation.errno)
+    end
   end)
 end)

@@ -421,14 +421,14 @@ describe("prestarted launches", function()
     assert(corral.close())
   end)
 
-  it("leave nothing for the run that takes one, even to a program with the controller's uid and no mount namespace nor Landlock (user_namespace never, filesystem off)", function()
-    -- What a controller that is not root gets where user namespaces are refused (a container
-    -- without them, gVisor): the PID namespace is refused, so a launch started ahead waits in
-    -- the launcher with its run directory on the host, beside the running program's, both of
-    -- the controller's uid. The next run's launch is made while this one runs. (As root the
-    -- PID namespace is had without a user namespace: nothing of the waiting launch is in reach.)
+  it("are not started for runs that are not walled off from each other (separation auto), whose programs would reach them", function()
+    -- What a controller that is not root gets where user namespaces are refused and there is no
+    -- Landlock, when its policy accepts it (separation = "auto"; "require", the default, runs
+    -- nothing there): the program has the controller's uid, and no mount namespace hides the run
+    -- directories. A launch started ahead would wait in the launcher with its run directory on
+    -- the host, made while the previous run runs. (As root each run has a uid of its own.)
     local pol = require("corral.policy").load("default"):extend { name = "exposed-ahead",
-      user_namespace = "never", filesystem = "off" }
+      user_namespace = "never", filesystem = "off", separation = "auto" }
     local elsewhere = assert(core.mkdtemp("/tmp/corral-spec-elsewhere-XXXXXX"))
     local F = { { path = "given.txt", content = "given" } }
     local attacker = ([[

@@ -304,7 +304,8 @@ try:
 except (OSError, ValueError) as e:
     print("in:", e)
 open("data.txt", "w").write("CHANGED!")
-]], { policy = policy.load("default"):extend { name = "exposed", pid_namespace = false, filesystem = "off" },
+]], { policy = policy.load("default"):extend { name = "exposed", pid_namespace = false, filesystem = "off",
+  separation = "auto" },
       files = files, collect = { "*" } })
     assert.are.equal(0, r.returncode, r.stderr)
     for _, e in ipairs(r.files) do assert.is_nil(ws.path_problem(e.path), e.path) end

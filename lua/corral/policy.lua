@@ -37,7 +37,10 @@
 -- reached; "any"), `seccomp_cache` (default true: the built filter is kept
 -- in the controller's private lock directory and loaded from there by the next runs), `budgets` ("off", "poll", "cgroup", "auto": whole-run
 -- CPU and memory), `budget_poll_ms`, `cgroup` (a delegated cgroup v2 directory),
--- `protect_controller` (default true: the controller is made non-dumpable before its first run).
+-- `protect_controller` (default true: the controller is made non-dumpable before its first run),
+-- `separation` ("off", "auto", "require": the program walled off from the controller and other
+-- runs, by a uid of its own or by Landlock with a PID namespace or signal scoping; see
+-- corral-launch --separate).
 -- Per-run kernel quotas, which the kernel otherwise counts per uid, for every run of a controller
 -- that is not root together: `user_quotas` (name → value: /proc/sys/user/max_NAME in the run's own
 -- user namespace, e.g. inotify_instances), `pending_signals` (RLIMIT_SIGPENDING: queued signals
@@ -124,7 +127,7 @@ local NUMERIC = require("corral.schema").numeric()
 local MECH = { off = true, auto = true, require = true }
 local ENUMS = { network = { new = true, shared = true, host = true },
                 user_namespace = { auto = true, never = true, always = true },
-                filesystem = MECH, seccomp = MECH,
+                filesystem = MECH, seccomp = MECH, separation = MECH,
                 deny_sockets = { always = true, ["without-netns"] = true, never = true },
                 unix_sockets = { pairs = true, any = true },
                 budgets = { off = true, poll = true, cgroup = true, auto = true } }
@@ -519,6 +522,7 @@ function Policy:launch_args(opts, run, host)
     if self.deny_tcp == "always" or (self.deny_tcp and own_netns) then add("--deny-tcp") end
     if self.scope ~= false then add("--scope") end
   end
+  if self.separation and self.separation ~= "off" then add("--separate", self.separation) end
   -- the prelude flushes the program's output on the launcher's signal before a stop's kill; not
   -- through a wrapper (bwrap's monitor would die of the signal at once). The wait ends when every
   -- process is gone; its bound is half the grace the host gives the launcher after the stop (the
@@ -667,6 +671,7 @@ local EXTRA_NAMES = {
   { "closed-fds", "closed-fds" },
   { "filesystem", "filesystem" }, { "landlock-net", "landlock-net" },
   { "scoped-signals", "scoped-signals" }, { "scoped-abstract-unix", "scoped-abstract-unix" },
+  { "separation", "separated" },
   { "seccomp", "seccomp" }, { "deny-sockets", "deny-sockets" }, { "unix-pairs-only", "unix-pairs-only" },
   { "deny-pipe-growth", "deny-pipe-growth" }, { "pending-signals", "pending-signals" },
   { "user-quotas", "user-quotas" },
@@ -703,6 +708,8 @@ end
 -- @return result, or nil, message, code when the sandbox itself failed
 function Policy:result(raw, opts, run, host)
   local rep = report.parse(raw.report)
+  -- a launch started ahead would wait within such runs' reach
+  if rep.refused.separation then require("corral.prestart").unseparated(self) end
   local refused_share = run.net_join and rep.refused["shared-netns"]
   if refused_share then
     require("corral.host").net_holder_refused(run.holder_userns, run.net_join, refused_share.errno,
@@ -713,6 +720,11 @@ function Policy:result(raw, opts, run, host)
     if f.step == "no-network" and opts.require_network_isolation then
       return nil, "ENOTSUP: network isolation was required but is not available here (" .. f.errno .. ": "
         .. f.message .. "); nothing ran", "ENOTSUP"
+    end
+    if f.step == "separation" then
+      return nil, "ENOTSUP: policy '" .. tostring(self.name) .. "' walls each run off from the controller "
+        .. "and other runs (separation), which this host cannot do: " .. f.message .. ". Nothing ran; "
+        .. "a policy with separation = \"auto\" runs without that wall", "ENOTSUP"
     end
     return nil, f.errno .. ": sandbox setup failed at " .. f.step .. ": " .. f.message, f.errno
   end

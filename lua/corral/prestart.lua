@@ -42,7 +42,9 @@ local PRESTART_MAX, BACKOFF, PAUSE = 8, 8, 0.005
 -- runs in flight and when the last one ended; deferred: the launch a run that ended left for the
 -- loop's next turn ({ fill = fn, timer = core.timer }); epoch: counts let_go_all().
 local function new_seen() return setmetatable({}, { __mode = "k" }) end
-local pool = { list = {}, seen = new_seen(), nseen = 0, inflight = 0, last_end = -math.huge, epoch = 0 }
+-- unseparated: policy tables whose runs are not walled off from each other (`refused separation`)
+local pool = { list = {}, seen = new_seen(), nseen = 0, inflight = 0, last_end = -math.huge, epoch = 0,
+               unseparated = new_seen() }
 
 --- The launch left for the next turn: started now (run_now), or dropped.
 function M.flush_deferred(run_now)
@@ -96,6 +98,7 @@ function M.key(p, code, extra)
   -- none yet: they go in with the code.
   local o = p.opts
   if not (M.enabled and not pool.broken and (pol.prestart or 0) > 0 and pol.pid_namespace
+          and not pool.unseparated[pol]
           and not pol.wrapper_isolates_network) or o.args
       or (o.files and (p.use_zygote or not pol:files_wait({ files_in = true })))
       or (extra and extra.session) then
@@ -274,6 +277,18 @@ function M.started(key, p, code, extra, ticket)
     else
       M.fill(key, p, has_nul, extra)
     end
+  end
+end
+
+--- A run of policy `pol` was not walled off from the controller and other runs (its policy's
+-- separation = "auto"): a launch started ahead would wait with its run directory and code dir in
+-- the reach of the runs before it. None is started for that policy again, and its waiting ones
+-- are let go.
+function M.unseparated(pol)
+  if pool.unseparated[pol] then return end
+  pool.unseparated[pol] = true
+  for _, slot in ipairs({ table.unpack(pool.list) }) do
+    if rawequal(slot.pol, pol) then let_go(slot, false) end
   end
 end
 

@@ -263,15 +263,17 @@ S.variants = {
   -- the network namespace (one of the run's own: a shared one comes with the seccomp socket
   -- filter) as the only network wall (no Landlock TCP denial)
   ["netns-only"] = { deny_tcp = false, network = "new" },
-  -- no Landlock (which refuses mq_open): what RLIMIT_MSGQUEUE alone bounds
-  ["no-landlock"] = { filesystem = "off" },
+  -- no Landlock (which refuses mq_open): what RLIMIT_MSGQUEUE alone bounds. Without Landlock
+  -- and without root nothing walls the run off from the controller: such variants accept it
+  -- (separation = "auto"), as an operator would
+  ["no-landlock"] = { filesystem = "off", separation = "auto" },
   -- no private mounts and no Landlock: the suite's own checks must see what a run leaves
-  ["host-work-open"] = { tmpfs = {}, work_mb = false, filesystem = "off" },
+  ["host-work-open"] = { tmpfs = {}, work_mb = false, filesystem = "off", separation = "auto" },
   -- no scratch mounts and the work dir on the host: the clean-up faces what the program planted
   ["host-work"] = { tmpfs = {}, work_mb = false },
   -- no mount namespace and no Landlock (gVisor, or a container without user namespaces): the
   -- run directory on the host is in the program's reach, and as nobody its uid's
-  exposed = { pid_namespace = false, filesystem = "off" },
+  exposed = { pid_namespace = false, filesystem = "off", separation = "auto" },
 }
 
 --- Processes of a run still alive: running its code (its code dir is in every interpreter's
