@@ -388,7 +388,7 @@ local CONFIGS = {
     name = "seccomp-corral", label = "runc, `seccomp-corral.json`",
     promise = {
       default = { has = { "pid-namespace", "no-network", "user-namespace", "private-ipc", "private-tmp",
-                          "work-tmpfs", "seccomp", "filesystem", "budget-cpu", "budget-memory" },
+                          "work-tmpfs", "seccomp", "filesystem", "separated", "budget-cpu", "budget-memory" },
                   lacks = { "private-proc" }, refused = { "private-proc" } },
       bwrap = { has = { "no-network", "read-only-root", "pid-namespace" } },
     },
@@ -396,7 +396,7 @@ local CONFIGS = {
   {
     name = "docker-default", label = "runc, Docker's default profile", seccomp = false,
     promise = {
-      default = { has = { "seccomp", "filesystem", "deny-sockets", "unix-pairs-only", "subreaper",
+      default = { has = { "seccomp", "filesystem", "separated", "deny-sockets", "unix-pairs-only", "subreaper",
                           "budget-cpu", "budget-memory" },
                   lacks = { "pid-namespace", "no-network", "user-namespace", "private-tmp", "work-tmpfs" },
                   refused = { "pid-namespace", "no-network", "private-tmp", "work-tmpfs" } },
@@ -405,14 +405,17 @@ local CONFIGS = {
     },
   },
   {
-    name = "gvisor", label = "gVisor (`--runtime runsc`)", runtime = "runsc",
+    -- no Landlock and no private mounts: as uid 10001 the runs cannot be walled off from each
+    -- other, which the shipped policies refuse; deploy/gvisor's `default`, in the image, accepts it
+    name = "gvisor", label = "gVisor (`--runtime runsc`, `CORRAL_POLICY_PATH` deploy/gvisor)", runtime = "runsc",
+    extra = { "-e", "CORRAL_POLICY_PATH=/usr/local/share/corral/gvisor" },
     promise = {
       default = { has = { "pid-namespace", "no-network", "user-namespace", "private-ipc", "seccomp",
                           "budget-cpu", "budget-memory" },
-                  lacks = { "filesystem", "private-tmp", "work-tmpfs" },
-                  refused = { "filesystem", "private-tmp", "work-tmpfs" } },
+                  lacks = { "filesystem", "private-tmp", "work-tmpfs", "separated" },
+                  refused = { "filesystem", "private-tmp", "work-tmpfs", "separation" } },
       bwrap = { has = { "pid-namespace", "no-network", "user-namespace", "seccomp" },
-                lacks = { "read-only-root" }, refused = { "bwrap" } },
+                lacks = { "read-only-root", "separated" }, refused = { "bwrap", "separation" } },
     },
   },
 }
