@@ -226,5 +226,17 @@ print("done")
       assert.is_false(H.has(a.limits, "separated"))
       assert.are.equal("EOPNOTSUPP", a.refused.separation.errno)
     end
+    -- corral serve probes it first: a policy whose every run would fail does not serve
+    if not H.root then
+      local dir = assert(core.mkdtemp("/tmp/corral-sep-XXXXXX"))
+      assert(core.write_file(dir .. "/p.lua", 'return require("corral.policy").load("default"):extend { '
+        .. 'name = "exposed", user_namespace = "never", filesystem = "off" }\n'))
+      local out, status = H.sh("timeout 60 " .. H.cli .. " serve --listen unix:" .. dir .. "/s.sock --policy "
+        .. dir .. "/p.lua")
+      assert(core.rmtree(dir))
+      assert.is_truthy(out:find("corral serve: refusing to start: ENOTSUP: policy 'exposed' walls each run off", 1, true), out)
+      assert.are.equal(1, status, out)
+      assert.is_falsy(out:find("listening", 1, true), out)
+    end
   end)
 end)

@@ -442,6 +442,11 @@ function Server:_protections()
     self:_event("probe-failed", { message = msg })
     return true
   end
+  -- a policy this host cannot run at all (the walls its `separation` requires): every request
+  -- would fail the same way, so the server does not start
+  local perror = p.policy.error
+  if perror and tostring(perror):match("^ENOTSUP") then return nil, tostring(perror), "ENOTSUP" end
+  if perror then self:_event("probe-failed", { message = tostring(perror) }) end
   local got = {}
   -- what a session of this policy gets too (POST /v1/sessions reports it)
   self.limits_of[self.policy] = p.policy.limits or {}
