@@ -1,6 +1,7 @@
 -- corral-launch run by hand: usage, probe, exit-status mirroring, the report.
 local H = require "helper"
 local report = require "corral.report"
+local core = require "corral.core"
 
 local L = "./csrc/corral-launch"
 
@@ -191,6 +192,32 @@ describe("corral-launch", function()
         assert.are.equal("2", rep.applied["files-in"], out)
       end)
     end
+
+    it("are said made by one byte before EOF, which an init killed while it makes them never writes", function()
+      -- with a PID namespace the init writes "y" and closes the pipe; without one the files are
+      -- made first and the program has no fd 5
+      local got = "/bin/sh -c 'x=$(cat <&5 2>/dev/null); echo \"go=$x\"; cat in/a'"
+      local out = files_run(records({ { "in/a", "644", "A\n" } }), "--pidns", nil, got)
+      assert.are.equal(0, status(out), out)
+      assert.is_truthy(out:find("go=y\nA\n", 1, true), out)
+      out = files_run(records({ { "in/a", "644", "A\n" } }), "--no-pidns", nil, got)
+      assert.is_truthy(out:find("go=\nA\n", 1, true), out)
+      -- the prelude runs the code on that byte alone: EOF without it (the pipe closed by an init
+      -- that was killed, whose namespace's end is on its way) ends the program before its code
+      local dir = assert(core.mkdtemp("/tmp/corral-go-XXXXXX"))
+      assert(core.write_file(dir .. "/main.py", "print('the code ran')\n"))
+      local src = dir .. "/prelude.py"
+      assert(core.write_file(src, require("corral.prelude").waiting_source))
+      local function prelude_with(bytes)
+        return H.sh("cd " .. dir .. " && printf '" .. bytes .. "' | " .. H.python
+          .. " -I -c \"$(cat prelude.py)\" main.py 4<&0 </dev/null; echo \"<$?>\"")
+      end
+      local eof, go, more = prelude_with(""), prelude_with("y"), prelude_with("yy")
+      assert(core.rmtree(dir))
+      assert.are.equal("<125>", eof)
+      assert.are.equal("the code ran\n<0>", go)
+      assert.are.equal("<125>", more)
+    end)
 
     it("that cannot be made end the run before the program reads EOF there", function()
       -- the second record is not one (a mode that is not octal): the program was started, and is

@@ -608,7 +608,11 @@ int workspace_in(struct launch *L);     /* the files into the work dir, before t
 /* --files-wait-fd, for the init: 1 when the program is to start before the files are in (the pipe
  * made), 0 when not, -1 when the pipe cannot be made (fatal, reported) */
 int workspace_wait_open(struct launch *L);
-void workspace_wait_close(struct launch *L);    /* the program may run its code: EOF on its end */
+/* the pipe closed; with go, after the byte WORKSPACE_GO that says every file is made: EOF without
+ * it (an init killed while it made them, whose exit closes the pipe before the namespace's end
+ * kills the program) is no go */
+#define WORKSPACE_GO 'y'
+void workspace_wait_close(struct launch *L, int go);
 void workspace_collect(struct launch *L);       /* after every process of the run is dead */
 
 /* ---- probe.c ---- */

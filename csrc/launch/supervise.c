@@ -265,11 +265,11 @@ static int files_in_late(struct launch *L, struct prog *c)
 	close(L->ws.wait_rfd);
 	L->ws.wait_rfd = -1;
 	if (prestart_wait(L) == 0 && workspace_in(L) == 0) {
-		workspace_wait_close(L);
+		workspace_wait_close(L, 1);
 		return 0;
 	}
 	kill(c->pid, SIGKILL);
-	workspace_wait_close(L);
+	workspace_wait_close(L, 0);
 	while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
 		;
 	close(c->errfd);

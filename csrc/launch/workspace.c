@@ -473,12 +473,19 @@ int workspace_wait_open(struct launch *L)
 	return 1;
 }
 
-void workspace_wait_close(struct launch *L)
+void workspace_wait_close(struct launch *L, int go)
 {
+	static const char byte = WORKSPACE_GO;
+
 	if (L->ws.wait_rfd >= 0)
 		close(L->ws.wait_rfd);
-	if (L->ws.wait_wfd >= 0)
+	if (L->ws.wait_wfd >= 0) {
+		/* one byte into an empty pipe fits; it fails only when the program is gone */
+		ssize_t w = go ? write(L->ws.wait_wfd, &byte, 1) : 0;
+
+		(void)w;
 		close(L->ws.wait_wfd);
+	}
 	L->ws.wait_rfd = L->ws.wait_wfd = -1;
 }
 

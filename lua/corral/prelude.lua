@@ -124,17 +124,24 @@ def _corral_run():
 _corral_run()
 ]]):gsub("FLUSH", tostring(M.FLUSH_SIGNAL))
 
--- The run's files, made while the interpreter started: their end is EOF on the fd. EBADF: the
--- launcher made them first (no PID namespace) and gave no fd. Anything else is not EOF: the run
--- ends there, before its code.
+-- The run's files, made while the interpreter started: their end is the byte GO, then EOF on the
+-- fd (EOF alone: the init was killed while it made them, and the namespace's end is coming).
+-- EBADF: the launcher made them first (no PID namespace) and gave no fd. Anything else is no go:
+-- the run ends there, before its code.
 local WAIT = ([[
 try:
-        while os.read(FD, 65536):
-            pass
+        got = b""
+        while True:
+            b = os.read(FD, 65536)
+            if not b:
+                break
+            got += b
         os.close(FD)
+        if got != GO:
+            os._exit(125)
     except OSError as e:
         if e.errno != 9:
-            os._exit(125)]]):gsub("FD", tostring(M.FILES_WAIT_FD))
+            os._exit(125)]]):gsub("FD", tostring(M.FILES_WAIT_FD)):gsub("GO", 'b"y"')
 
 --- The prelude of a run whose program waits for its files (FILES_WAIT_FD) before its code.
 M.waiting_source = M.source:gsub("\n    WAIT\n", function() return "\n    " .. WAIT .. "\n" end)
