@@ -904,8 +904,10 @@ while True:
     -- 200 processes that never sleep, and a budget tick that reads each one's PSS: the stop
     -- must cut the tick short, and the report must not compete with them for the CPU. On a
     -- machine busy with other work the supervisor may still miss the host's grace: the usage it
-    -- wrote while the run went on is then what the run reports
-    { "a fork bomb under processes", BOMB, { processes = 200 } },
+    -- wrote while the run went on is then what the run reports (4 s: its first tick of 200
+    -- processes can take a second or more there): lower bounds, whose CPU, counted in clock
+    -- ticks per process, can be 0 when each of 200 new processes has had less than one
+    { "a fork bomb under processes", BOMB, { processes = 200 }, timeout = 4, lower = true },
     -- the same with a grace the busiest machine leaves the supervisor: the stop is heard during
     -- a tick and the run stops before it is measured
     { "a fork bomb under processes, with a grace of 5 s", BOMB, { processes = 200 }, grace = 5 },
@@ -917,7 +919,7 @@ while True:
           pending("no bwrap") return
         end
         local o = { policy = c.grace and require("corral.policy").load(pol):extend { grace = c.grace } or pol,
-                    timeout = 2, cpu_seconds = 30 }
+                    timeout = c.timeout or 2, cpu_seconds = 30 }
         for k, v in pairs(c[3]) do o[k] = v end
         local r = run(c[2], o)
         assert.are.equal("timeout", r.reason, r.stdout .. r.stderr)
@@ -927,10 +929,10 @@ while True:
           tostring(u.memory_peak_kb))
         -- (how far the forking got in 2 s depends on the machine: only that CPU was used does not)
         -- Under bwrap the program's usage before the teardown is bwrap's own process's: ~0
-        if pol ~= "bwrap" then assert.is_true(u.cpu_user_s + u.cpu_sys_s > 0, what) end
+        if pol ~= "bwrap" and not c.lower then assert.is_true(u.cpu_user_s + u.cpu_sys_s > 0, what) end
         assert.is_true(u.max_rss_kb > 0, what)
         assert.is_true(H.has(r.limits, "budget-cpu"), "limits lack budget-cpu")
-        assert.is_true(u.cpu_total_s ~= nil and u.cpu_total_s > 0, what)
+        assert.is_true(u.cpu_total_s ~= nil and (u.cpu_total_s > 0 or c.lower and u.cpu_total_s == 0), what)
         assert.is_true(u.memory_peak_kb ~= nil and u.memory_peak_kb > 0, what)
       end)
     end

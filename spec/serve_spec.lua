@@ -477,12 +477,13 @@ describe("corral serve", function()
 
   it("kills the run of a client that goes away, and drops a queued one", function()
     local s = start_server("--concurrency 1 --queue 4")
-    -- the first client gives up after 1 s of a 10 s run; the second, queued behind it, after 0.3 s
-    local done = background(curl_line(s, "/v1/run", json { code = "import time; time.sleep(10)", timeout = 20 }, dir .. "/a", "--max-time 1") .. " & sleep 0.1; "
+    -- the first client gives up after 5 s of a 30 s run (its run has started by then, on a busy
+    -- machine too); the second, queued behind it, after 0.3 s
+    local done = background(curl_line(s, "/v1/run", json { code = "import time; time.sleep(30)", timeout = 40 }, dir .. "/a", "--max-time 5") .. " & sleep 0.1; "
       .. curl_line(s, "/v1/run", json { code = "print('never')", timeout = 5 }, dir .. "/b", "--max-time 0.3")
       .. " & wait")
     assert.is_true(H.eventually(function() return #launchers_of(s) > 0 end, 10), "the run did not start")
-    assert.is_true(H.eventually(function() return core.exists(done) end, 10))
+    assert.is_true(H.eventually(function() return core.exists(done) end, 15))
     -- the run is killed: nothing of it survives, and the launcher is gone
     assert.is_true(H.eventually(function()
       return #H.stray_processes() == 0 and #launchers_of(s) == 0
