@@ -600,18 +600,19 @@ do
   local ok, wp = pcall(function() return require("corral.policy").load("warm") end)
   FLOOR_MODS = ok and wp.warm and wp.warm.preload and table.concat(wp.warm.preload, ",")
 end
-local function floor_case()
-  local mods = FLOOR_MODS or ""
+-- A case whose python3 (run with `args`) times itself: it prints `n` samples in seconds.
+local function self_timed(args, n)
   return function()
-    local r, err = spawn_wait(PY, { "-I", "-c", FLOOR, mods, HELLO })
+    local r, err = spawn_wait(PY, args)
     if not r then return false, err end
     if r.exit_status ~= 0 then return false, exit_text(r) .. ": " .. r.stderr:sub(1, 200) end
     local t = {}
     for v in r.stdout:gmatch("[%d.]+") do t[#t + 1] = tonumber(v) end
-    if #t ~= 3 then return false, "stdout " .. fmt("%q", r.stdout:sub(1, 200)) end
+    if #t ~= n then return false, "stdout " .. fmt("%q", r.stdout:sub(1, 200)) end
     return true, nil, t
   end
 end
+local function floor_case() return self_timed({ "-I", "-c", FLOOR, FLOOR_MODS or "", HELLO }, 3) end
 
 -- The files' floor: what the kernel takes for the files of the files_ rows with nothing of
 -- corral's around them: one python3 makes 100 files of 10 KB in a directory of a tmpfs, reads
@@ -644,17 +645,7 @@ for i in range(3):
         times.append(time.perf_counter() - t0)
 print(" ".join("%.9f" % t for t in times))
 ]]
-local function files_floor_case()
-  return function()
-    local r, err = spawn_wait(PY, { "-I", "-c", FILES_FLOOR, SHM_DIR })
-    if not r then return false, err end
-    if r.exit_status ~= 0 then return false, exit_text(r) .. ": " .. r.stderr:sub(1, 200) end
-    local t = {}
-    for v in r.stdout:gmatch("[%d.]+") do t[#t + 1] = tonumber(v) end
-    if #t ~= 2 then return false, "stdout " .. fmt("%q", r.stdout:sub(1, 200)) end
-    return true, nil, t
-  end
-end
+local function files_floor_case() return self_timed({ "-I", "-c", FILES_FLOOR, SHM_DIR }, 2) end
 
 local code_file = tmpdir .. "/hello.py"
 assert(core.write_file(code_file, HELLO))
