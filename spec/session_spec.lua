@@ -567,3 +567,19 @@ describe("sessions of a controller killed with SIGKILL", function()
     for _, d in ipairs(dirs) do core.rmtree(d) end
   end)
 end)
+
+-- separation = "require" (default's): a session whose program would have the controller's uid
+-- without Landlock is refused like a run, with ENOTSUP naming the field, not opened and lost
+describe("session separation", function()
+  it("a session that cannot be walled off fails to open with ENOTSUP", function()
+    if H.root then return end   -- as root each run has a uid of its own
+    local pol = require("corral.policy").load("default"):extend { name = "exposed-session",
+      user_namespace = "never", filesystem = "off" }
+    local s, err, ecode = session.open { policy = pol }
+    local cell = s and s:exec("print('ran')")
+    if s then s:close() end
+    assert.is_nil(s, "opened; its first cell: " .. tostring(cell and cell.reason))
+    assert.are.equal("ENOTSUP", ecode, tostring(err))
+    assert.is_truthy(tostring(err):find("separation", 1, true), tostring(err))
+  end)
+end)
