@@ -470,6 +470,40 @@ print('hit', hit)
     assert.are.same({}, left, "the run's code was written outside its run directory")
   end)
 
+  it("of a walled-off policy are out of reach of runs of another policy that is not (separation auto)", function()
+    -- One controller, two policies: `default` (separated: Landlock with the PID namespace, its
+    -- launches started ahead) and one that accepts runs without the wall. Such a run has the
+    -- controller's uid and no mount namespace: the waiting launch's run directory is in its
+    -- reach. It moves the code dir the launch already mounted aside, fills it, and leaves an empty
+    -- one for the controller to write the next run's code into; it has ended before that run
+    -- starts. (As root each run has a uid of its own.)
+    if H.root then return end
+    local exposed = require("corral.policy").load("default"):extend { name = "exposed-beside",
+      user_namespace = "never", filesystem = "off", separation = "auto" }
+    run("print(1)")
+    run("print(1)")
+    assert.are.equal(1, #prestarted())
+    local _, a = run([[
+import glob, os
+mine = os.path.dirname(os.getcwd())
+for top in glob.glob('/dev/shm/corral-*') + glob.glob('/tmp/corral-*'):
+    try:
+        if top == mine or os.listdir(top + '/code'):
+            continue
+        os.rename(top + '/code', top + '/held')
+        os.mkdir(top + '/code', 0o700)
+        open(top + '/held/main.py', 'w').write("print('planted')\n")
+        print('planted', top)
+    except OSError:
+        pass
+]], { policy = exposed })
+    local _, v = run("print('its own')")
+    assert(corral.close())
+    assert.is_true(H.has(v.limits, "separated"), table.concat(v.limits, " "))
+    assert.are.equal("its own\n", v.stdout, "a separated run ran code an earlier run of another policy left ("
+      .. a.stdout .. ")")
+  end)
+
   it("are let go by corral.close(): no process, directory or fd left", function()
     run("print(1)")
     run("print(1)")
