@@ -240,3 +240,36 @@ print("done")
     end
   end)
 end)
+
+describe("separation across the controller's runs", function()
+  it("by Landlock's signal scope without a PID namespace leaves the controller's processes out of reach", function()
+    -- Without a PID namespace the controller's pid is a pid the program can name: the signal
+    -- scope stops kill(), but prlimit() and setpriority() on a process of the same uid are no
+    -- signal. Each call sets what is already there, so this process is left as it was. Either the
+    -- run is not called separated, or neither call reaches. (As root each run has a uid of its own.)
+    local pol = policy.load("default"):extend { name = "scoped-only", pid_namespace = false }
+    local code = ([[
+import os, resource
+reached = []
+try:
+    resource.prlimit(CTL, resource.RLIMIT_NOFILE, resource.prlimit(CTL, resource.RLIMIT_NOFILE))
+    reached.append('prlimit')
+except OSError:
+    pass
+try:
+    os.setpriority(os.PRIO_PROCESS, CTL, os.getpriority(os.PRIO_PROCESS, CTL))
+    reached.append('setpriority')
+except OSError:
+    pass
+print(' '.join(reached) or 'denied')
+]]):gsub("CTL", tostring(core.getpid()))
+    local r, err, ecode = corral.run_python(code, { policy = pol })
+    if not r then
+      assert.are.equal("ENOTSUP", ecode, err)
+      return
+    end
+    if H.has(r.limits, "separated") then
+      assert.are.equal("denied\n", r.stdout, r.stderr)
+    end
+  end)
+end)
