@@ -384,23 +384,23 @@ t("rename", lambda: os.rename(D + "/rw/g", D + "/rw2/g"))
   end
 
   -- --separate: the program is walled off from the controller and other runs by a uid of its own,
-  -- or by Landlock's filesystem rules with a PID namespace or signal scoping. Without a PID
-  -- namespace and without --uid the program has the launcher's uid (the controller's): each case
-  -- reads a file of that uid outside the lists, and signals the launcher's parent.
+  -- or by Landlock's filesystem rules with a PID namespace (the signal scope alone leaves
+  -- prlimit() and setpriority() on a process of the same uid). Without --uid the program has the
+  -- launcher's uid (the controller's): each case reads a file of that uid outside the lists, and
+  -- signals the launcher's parent (not there at all within a PID namespace).
   local uid = tonumber((H.sh("id -u"):match("%d+")))
   local separate = {
-    { "", "--landlock require --scope", "require", applied = true, host = "EACCES", signal = "EPERM" },
-    { "ENOSYS", "--landlock auto --scope", "require", fatal = true },
-    { "ENOSYS", "--landlock auto --scope", "auto", refused = true, host = "ok", signal = "ok" },
-    -- Landlock's files wall, but signals reach the controller (ABI 5: no scope)
-    { "abi=5", "--landlock auto --scope", "require", fatal = true },
-    { "abi=5", "--landlock auto --scope", "auto", refused = true, host = "EACCES", signal = "ok" },
-    { "", "--landlock require --scope", "off", host = "EACCES", signal = "EPERM" },
+    { "", "--pidns --landlock require", "require", applied = true, host = "EACCES", signal = "ESRCH" },
+    { "", "--no-pidns --landlock require --scope", "require", fatal = true },
+    { "", "--no-pidns --landlock require --scope", "auto", refused = true, host = "EACCES", signal = "EPERM" },
+    { "ENOSYS", "--pidns --landlock auto", "require", fatal = true },
+    { "ENOSYS", "--pidns --landlock auto", "auto", refused = true, host = "ok", signal = "ESRCH" },
+    { "", "--no-pidns --landlock require --scope", "off", host = "EACCES", signal = "EPERM" },
   }
   if uid == 0 then
     -- a uid of its own: the controller's files and processes are another user's
-    separate[#separate + 1] = { "ENOSYS", "--landlock auto --uid 60123 --gid 60123", "require", applied = true,
-      host = "EACCES", signal = "EPERM", hostmode = 384 }
+    separate[#separate + 1] = { "ENOSYS", "--no-pidns --landlock auto --uid 60123 --gid 60123", "require",
+      applied = true, host = "EACCES", signal = "EPERM", hostmode = 384 }
   end
   for _, c in ipairs(separate) do
     local fake, extra, mode = c[1], c[2], c[3]
@@ -408,7 +408,7 @@ t("rename", lambda: os.rename(D + "/rw/g", D + "/rw2/g"))
        .. (c.fatal and "runs nothing" or c.refused and "says the run is not walled off, and runs"
            or c.applied and "the run is walled off" or "says nothing"), function()
       if c.hostmode then assert(core.chmod(dir .. "/out/h", c.hostmode)) end
-      local r = launch(dir, "--no-pidns " .. extra .. (mode ~= "off" and " --separate " .. mode or "") .. " " .. fs(),
+      local r = launch(dir, extra .. (mode ~= "off" and " --separate " .. mode or "") .. " " .. fs(),
         [[
 t("host", lambda: open(D + "/out/h").read())
 t("signal", lambda: os.kill(int(sys.argv[2]), 0))

@@ -432,16 +432,18 @@ static void signals_reset_exec(const struct launch *L)
 
 /* --separate: the program is walled off from the controller and from other runs by a uid of its
  * own (their files and processes are another user's: --uid as root), or by Landlock's filesystem
- * rules with a PID namespace or Landlock's signal scope (no file and no process of theirs in its
- * reach). Every user namespace map the launcher and the zygote write is the identity, so the uid
- * the program has inside is the one the host sees: without --uid, the controller's. */
+ * rules with a PID namespace (no file and no process of theirs in its reach). Landlock's signal
+ * scope is not enough without the namespace: prlimit(), setpriority() and sched_setaffinity()
+ * reach any process of the same uid by its pid. Every user namespace map the launcher and the
+ * zygote write is the identity, so the uid the program has inside is the one the host sees:
+ * without --uid, the controller's. */
 static int step_separate(const struct launch *L, const struct landlock *ll)
 {
 	const struct plan *p = L->plan;
 
 	if (p->separate == PLAN_MECH_OFF)
 		return 0;
-	if (getuid() != L->euid || (ll->applied && (L->pidns || ll->scope))) {
+	if (getuid() != L->euid || (ll->applied && L->pidns)) {
 		report_applied("separation");
 		return 0;
 	}

@@ -304,10 +304,10 @@ struct launch {
 };
 
 /* What a run without --separate's walls is open to: its refusal's message and its fatal's. */
-#define SEPARATE_LOST "the program would have the controller's uid without Landlock's " \
-	"filesystem rules (with a PID namespace or signal scoping), which puts the controller's files " \
-	"and processes and other runs' directories in its reach; run the controller as root (a uid " \
-	"per run) or on a kernel with Landlock"
+#define SEPARATE_LOST "the program would have the controller's uid without both Landlock's " \
+	"filesystem rules and a PID namespace, which puts the controller's files or processes and " \
+	"other runs' directories in its reach; run the controller as root (a uid per run), or allow " \
+	"user namespaces on a kernel with Landlock"
 
 /* ---- report.c: every function here is async-signal-safe ---- */
 
