@@ -78,10 +78,10 @@ return policy.base {
   -- no signal and no abstract unix socket reaches outside the run (Landlock ABI 6)
   scope = true,
   -- the program walled off from the controller and from other runs: a uid of its own (as root),
-  -- or Landlock's filesystem rules with the PID namespace or signal scoping. Without either wall
-  -- (not root, and no Landlock: a kernel without it, gVisor) it would have the controller's uid
-  -- and reach its files, its processes and other runs' directories, so nothing runs; "auto"
-  -- runs it anyway (listed in `refused`), and starts no launch ahead for it
+  -- or Landlock's filesystem rules with the PID namespace. Without either wall (not root, and no
+  -- Landlock: a kernel without it, gVisor; or no user namespace for the PID namespace) it would
+  -- have the controller's uid and reach its files, its processes and other runs' directories, so
+  -- nothing runs; "auto" runs it anyway (listed in `refused`), and no launch is started ahead
   separation = "require",
 
   -- seccomp: these system calls fail with EPERM (a clean PermissionError in Python, not a kill)

@@ -394,21 +394,24 @@ local CONFIGS = {
     },
   },
   {
-    name = "docker-default", label = "runc, Docker's default profile", seccomp = false,
+    -- no user namespace, so no PID namespace: Landlock alone does not wall a run off from the
+    -- controller's processes, and deploy/one-tenant's `default` accepts it
+    name = "docker-default", label = "runc, Docker's default profile, `CORRAL_POLICY_PATH` deploy/one-tenant",
+    seccomp = false, extra = { "-e", "CORRAL_POLICY_PATH=/usr/local/share/corral/one-tenant" },
     promise = {
-      default = { has = { "seccomp", "filesystem", "separated", "deny-sockets", "unix-pairs-only", "subreaper",
+      default = { has = { "seccomp", "filesystem", "deny-sockets", "unix-pairs-only", "subreaper",
                           "budget-cpu", "budget-memory" },
-                  lacks = { "pid-namespace", "no-network", "user-namespace", "private-tmp", "work-tmpfs" },
-                  refused = { "pid-namespace", "no-network", "private-tmp", "work-tmpfs" } },
+                  lacks = { "pid-namespace", "no-network", "user-namespace", "private-tmp", "work-tmpfs", "separated" },
+                  refused = { "pid-namespace", "no-network", "private-tmp", "work-tmpfs", "separation" } },
       bwrap = { has = { "seccomp", "filesystem", "deny-sockets", "unix-pairs-only" },
                 lacks = { "read-only-root", "no-network" }, refused = { "bwrap" } },
     },
   },
   {
     -- no Landlock and no private mounts: as uid 10001 the runs cannot be walled off from each
-    -- other, which the shipped policies refuse; deploy/gvisor's `default`, in the image, accepts it
-    name = "gvisor", label = "gVisor (`--runtime runsc`, `CORRAL_POLICY_PATH` deploy/gvisor)", runtime = "runsc",
-    extra = { "-e", "CORRAL_POLICY_PATH=/usr/local/share/corral/gvisor" },
+    -- other, which the shipped policies refuse; deploy/one-tenant's `default`, in the image, accepts it
+    name = "gvisor", label = "gVisor (`--runtime runsc`, `CORRAL_POLICY_PATH` deploy/one-tenant)", runtime = "runsc",
+    extra = { "-e", "CORRAL_POLICY_PATH=/usr/local/share/corral/one-tenant" },
     promise = {
       default = { has = { "pid-namespace", "no-network", "user-namespace", "private-ipc", "seccomp",
                           "budget-cpu", "budget-memory" },

@@ -538,7 +538,7 @@ exit 99
     assert.are.equal(0, rc, out)
     local all = " " .. table.concat(argv, " ") .. " "
     for _, s in ipairs({ " --memory 1g ", " --pids-limit 64 ", " --cpus 0.5 ",
-                         " --runtime runsc -e CORRAL_POLICY_PATH=/usr/local/share/corral/gvisor ",
+                         " -e CORRAL_POLICY_PATH=/usr/local/share/corral/one-tenant --runtime runsc ",
                          " --security-opt seccomp=deploy/k8s/seccomp-corral.json ",
                          " --security-opt apparmor=unconfined ",
                          " corral:latest run --timeout 2.5 --cpu 1 --memory 64 --processes 8 --max-output 100 --policy bwrap - " }) do

@@ -17,7 +17,7 @@ local function policies()
   return {
     { "default", "default" },
     { "warm", "warm" },
-    { "no-pidns", policy.load("default"):extend { pid_namespace = false } },
+    { "no-pidns", policy.load("default"):extend { pid_namespace = false, separation = "auto" } },
   }
 end
 

@@ -181,7 +181,7 @@ except OSError as e:
   end)
 
   it("falls back to a subreaper when the policy asks for no pid namespace, still leaving nothing", function()
-    local p = policy.load("default"):extend { name = "nopidns", pid_namespace = false }
+    local p = policy.load("default"):extend { name = "nopidns", pid_namespace = false, separation = "auto" }
     local code = [[
 import os, time
 if os.fork() == 0:

@@ -400,7 +400,7 @@ raise ValueError("where")
   end
 
   it("stays at the host path without a PID namespace, where --work-at is not asked for", function()
-    local r = run(PROG, { policy = policy.load("default"):extend { pid_namespace = false } })
+    local r = run(PROG, { policy = policy.load("default"):extend { pid_namespace = false, separation = "auto" } })
     local cwd = r.stdout:match("^True (%S+)\n")
     assert.is_truthy(cwd and cwd:match("/corral%-%w+/work$"), r.stdout .. r.stderr)
     assert.is_nil(r.refused and r.refused["work-at"])
@@ -451,7 +451,7 @@ raise ValueError("where")
   end
 
   it("stays at the host path without a PID namespace, where --code-at is not asked for", function()
-    local r = run(PROG, { policy = policy.load("default"):extend { pid_namespace = false } })
+    local r = run(PROG, { policy = policy.load("default"):extend { pid_namespace = false, separation = "auto" } })
     local file = r.stdout:match("^True (%S+)\n")
     assert.is_truthy(file and file:match("/corral%-%w+/code/main%.py$"), r.stdout .. r.stderr)
     assert.is_truthy(r.stderr:find('File "' .. file .. '"', 1, true), r.stderr)
@@ -549,7 +549,7 @@ describe("a controller killed with SIGKILL", function()
     if not H.root then pending("run uids need root") return end
     local before = H.temp_dirs()
     local pid = start_controller([[
-local pol = require("corral.policy").load("default"):extend { pid_namespace = false }
+local pol = require("corral.policy").load("default"):extend { pid_namespace = false, separation = "auto" }
 require("corral").run_python("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(100)\ntime.sleep(100)",
   { timeout = 60, policy = pol })]], 2)
     core.kill(pid, 9)

@@ -24,7 +24,7 @@ local function policies()
   return {
     { "default", "default" },
     { "warm", "warm" },
-    { "no-pidns", policy.load("default"):extend { pid_namespace = false } },
+    { "no-pidns", policy.load("default"):extend { pid_namespace = false, separation = "auto" } },
   }
 end
 
@@ -269,7 +269,7 @@ os.setxattr(']] .. base .. [[', 'system.posix_acl_default', acl)"]])
     local r = run([[
 import os, stat
 print([oct(stat.S_IMODE(os.stat(p).st_mode)) for p in ("d", "d/x", "d/e/y")])
-]], { policy = policy.load("default"):extend { name = "acl", pid_namespace = false, tmp_dir = base },
+]], { policy = policy.load("default"):extend { name = "acl", pid_namespace = false, separation = "auto", tmp_dir = base },
       files = { { path = "d/x", content = "x", mode = 511 }, { path = "d/e/y", content = "", mode = 0 } } })
     assert(core.rmtree(base))
     assert.are.equal(0, r.returncode, r.stderr)
@@ -416,7 +416,7 @@ open(os.path.join("d/d/d", "near"), "w").write("n")
       -- 64 globs of two ** each, never matching, against 20000 names 60 directories down: each
       -- name costs every glob thousands of splits, billions of steps in all (the work dir on
       -- the host: no tmpfs to run out of inodes)
-      local nopidns = policy.load("default"):extend { pid_namespace = false }
+      local nopidns = policy.load("default"):extend { pid_namespace = false, separation = "auto" }
       local globs = {}
       for i = 1, 64 do globs[i] = "**/**/z" .. i end
       local r = run([[

@@ -260,7 +260,7 @@ except OSError as e:
 }
 
 -- Without a PID namespace (a policy with pid_namespace = false): A is a subreaper.
-local no_pidns_policy = require("corral.policy").load("default"):extend { name = "no-pidns", pid_namespace = false }
+local no_pidns_policy = require("corral.policy").load("default"):extend { name = "no-pidns", pid_namespace = false, separation = "auto" }
 
 -- One zygote runs all of PROGRAMS, then corral-launch runs each on the same plan.
 local compared

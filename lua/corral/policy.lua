@@ -66,6 +66,11 @@ local report = require "corral.report"
 
 local M = {}
 local Policy = {}
+-- policy table → why its runs cannot be walled off here (a run's `fatal separation`)
+local cannot = setmetatable({}, { __mode = "k" })
+
+--- Why runs of `pol` do not start on this host, known from one that tried (its separation), or nil.
+function M.cannot_run(pol) return cannot[pol] end
 Policy.__index = Policy
 
 local SIGKILL, SIGXCPU, SIGXFSZ = 9, 24, 25
@@ -709,7 +714,7 @@ end
 function Policy:result(raw, opts, run, host)
   local rep = report.parse(raw.report)
   -- a launch started ahead would wait within such runs' reach
-  if rep.refused.separation then require("corral.prestart").unseparated(self) end
+  if rep.refused.separation then require("corral.prestart").unseparated() end
   local refused_share = run.net_join and rep.refused["shared-netns"]
   if refused_share then
     require("corral.host").net_holder_refused(run.holder_userns, run.net_join, refused_share.errno,
@@ -722,9 +727,10 @@ function Policy:result(raw, opts, run, host)
         .. f.message .. "); nothing ran", "ENOTSUP"
     end
     if f.step == "separation" then
-      return nil, "ENOTSUP: policy '" .. tostring(self.name) .. "' walls each run off from the controller "
+      cannot[self] = "ENOTSUP: policy '" .. tostring(self.name) .. "' walls each run off from the controller "
         .. "and other runs (separation), which this host cannot do: " .. f.message .. ". Nothing ran; "
-        .. "a policy with separation = \"auto\" runs without that wall", "ENOTSUP"
+        .. "a policy with separation = \"auto\" runs without that wall"
+      return nil, cannot[self], "ENOTSUP"
     end
     return nil, f.errno .. ": sandbox setup failed at " .. f.step .. ": " .. f.message, f.errno
   end

@@ -42,9 +42,8 @@ local PRESTART_MAX, BACKOFF, PAUSE = 8, 8, 0.005
 -- runs in flight and when the last one ended; deferred: the launch a run that ended left for the
 -- loop's next turn ({ fill = fn, timer = core.timer }); epoch: counts let_go_all().
 local function new_seen() return setmetatable({}, { __mode = "k" }) end
--- unseparated: policy tables whose runs are not walled off from each other (`refused separation`)
-local pool = { list = {}, seen = new_seen(), nseen = 0, inflight = 0, last_end = -math.huge, epoch = 0,
-               unseparated = new_seen() }
+-- unseparated: a run of this controller was not walled off (`refused separation`)
+local pool = { list = {}, seen = new_seen(), nseen = 0, inflight = 0, last_end = -math.huge, epoch = 0 }
 
 --- The launch left for the next turn: started now (run_now), or dropped.
 function M.flush_deferred(run_now)
@@ -98,7 +97,7 @@ function M.key(p, code, extra)
   -- none yet: they go in with the code.
   local o = p.opts
   if not (M.enabled and not pool.broken and (pol.prestart or 0) > 0 and pol.pid_namespace
-          and not pool.unseparated[pol]
+          and not pool.unseparated
           and not pol.wrapper_isolates_network) or o.args
       or (o.files and (p.use_zygote or not pol:files_wait({ files_in = true })))
       or (extra and extra.session) then
@@ -280,16 +279,14 @@ function M.started(key, p, code, extra, ticket)
   end
 end
 
---- A run of policy `pol` was not walled off from the controller and other runs (its policy's
--- separation = "auto"): a launch started ahead would wait with its run directory and code dir in
--- the reach of the runs before it. None is started for that policy again, and its waiting ones
--- are let go.
-function M.unseparated(pol)
-  if pool.unseparated[pol] then return end
-  pool.unseparated[pol] = true
-  for _, slot in ipairs({ table.unpack(pool.list) }) do
-    if rawequal(slot.pol, pol) then let_go(slot, false) end
-  end
+--- A run was not walled off from the controller and other runs (its policy's separation =
+-- "auto"): its program reaches the run directories of the controller's uid, of whatever policy. A
+-- launch started ahead would wait there, made before the run that takes it exists: none is
+-- started again by this controller, and the waiting ones are let go.
+function M.unseparated()
+  if pool.unseparated then return end
+  pool.unseparated = true
+  for _, slot in ipairs({ table.unpack(pool.list) }) do let_go(slot, false) end
 end
 
 --- Let go of the launches started ahead: each is killed, and cleaned up once the loop has seen
@@ -302,6 +299,8 @@ function M.let_go_all()
   for _, slot in ipairs(pool.list) do procs[#procs + 1] = slot.proc end
   for _, slot in ipairs({ table.unpack(pool.list) }) do let_go(slot, false) end
   pool.seen, pool.nseen = new_seen(), 0
+  -- (corral.close(): the runs without the wall have ended with the rest)
+  pool.unseparated = nil
   return procs
 end
 

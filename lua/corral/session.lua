@@ -119,6 +119,9 @@ local function start(run_opts, settings, ahead)
     self:_output(name, data)
   end })
   if not p then return nil, err, ecode end
+  -- a session of a policy whose runs this host cannot start (a run or kernel of it said so)
+  local why = require("corral.policy").cannot_run(p.pol)
+  if why then return nil, why, "ENOTSUP" end
   self.max_output = p.o.max_output
   self.queue_out, self.queue_err = buffer(self.max_output), buffer(self.max_output)
   self.limits_opts = p.o
@@ -430,6 +433,7 @@ local function cell_result(self, req, answer, reason)
               memory_peak_kb = int(answer.memory_peak_kb) },
   }
   res.ok = res.reason == "ok"
+  if res.reason == "lost" and self.setup_error and not answer.error then answer.error = self.setup_error end
   -- a repr of at most VALUE_MAX characters (4 bytes each at most)
   local value, cut = text(answer.value, 4 * M.VALUE_MAX, M.VALUE_MAX)
   res.value, res.value_truncated = value, value and (cut or bool(answer.value_truncated)) or nil
@@ -535,6 +539,8 @@ function Session:_ended(res, err, code)
   end
   self.returncode = res and res.returncode
   self.end_error = err and (tostring(err) .. " " .. tostring(code)) or nil
+  -- the kernel never ran (its sandbox could not be set up): what a cell lost to it says
+  if not res and err then self.setup_error = { type = tostring(code), message = tostring(err) } end
   local req = self.busy
   if req then
     -- a cell ended by the session's end: memory, cpu, processes... or lost

@@ -252,10 +252,10 @@ end
 S.variants = {
   default = {},
   -- no PID namespace: the subreaper fallback; the run sees the host's /proc
-  ["no-pidns"] = { pid_namespace = false },
+  ["no-pidns"] = { pid_namespace = false, separation = "auto" },
   -- no namespace at all (as root: still the network namespace and a run uid; as nobody, whose
   -- namespaces need a user namespace: none), the run in the controller's own uid
-  bare = { pid_namespace = false, user_namespace = "never" },
+  bare = { pid_namespace = false, user_namespace = "never", separation = "auto" },
   -- the host's network: only Landlock's network rules can stop a connection
   ["host-net"] = { network = "host", deny_tcp = "always" },
   -- no seccomp filter: what the supervisor does when the program may ptrace
