@@ -179,10 +179,11 @@ run=("$DOCKER" run --rm -i --name "$name"
   --log-driver none                 # the result goes to this terminal, not to the daemon's logs
   --no-healthcheck                  # the image's check is for `corral serve`
 )
-# gVisor has no Landlock and no private mounts for a user that is not root: its runs cannot be
-# walled off from the controller, which the shipped policies refuse. One run per container has
-# nothing else to reach: the image's deploy/gvisor policies accept it
-[[ -z $runtime ]] || run+=(--runtime "$runtime" -e CORRAL_POLICY_PATH=/usr/local/share/corral/gvisor)
+# Under gVisor (no Landlock) or Docker's default seccomp profile (no user namespace) a run cannot
+# be walled off from the controller, which the shipped policies refuse. One run per container has
+# nothing else to reach: the image's deploy/one-tenant policies accept it
+run+=(-e CORRAL_POLICY_PATH=/usr/local/share/corral/one-tenant)
+[[ -z $runtime ]] || run+=(--runtime "$runtime")
 [[ -z $seccomp_profile ]] || run+=(--security-opt "seccomp=$seccomp_profile")
 [[ -z $apparmor ]] || run+=(--security-opt "apparmor=$apparmor")
 run+=("$image" run --timeout "$timeout")
