@@ -9,8 +9,21 @@
 -- Use it only for a container that serves one tenant: a run can read and change what the
 -- controller's uid can (the run directories of concurrent runs among them). See THREAT-MODEL.md.
 local policy = require "corral.policy"
+local paths = require "corral.paths"
 
-return policy.load("/usr/local/share/corral/policies/default.lua"):extend {
+-- the shipped `default`: the first on the policy path that is not this file's
+local function trim(d) return (d:gsub("/+$", "")) end
+local here = trim(debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or ".")
+local shipped
+for _, d in ipairs(paths.policy_dirs()) do
+  if trim(d) ~= here and paths.exists(d .. "/default.lua") then
+    shipped = d .. "/default.lua"
+    break
+  end
+end
+assert(shipped, "deploy/one-tenant/default.lua: no shipped default.lua on the policy path")
+
+return policy.load(shipped):extend {
   name = "default",
   separation = "auto",
 }

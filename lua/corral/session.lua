@@ -122,6 +122,7 @@ local function start(run_opts, settings, ahead)
   -- a session of a policy whose runs this host cannot start (a run or kernel of it said so)
   local why = require("corral.policy").cannot_run(p.pol)
   if why then return nil, why, "ENOTSUP" end
+  self.pol = p.pol
   self.max_output = p.o.max_output
   self.queue_out, self.queue_err = buffer(self.max_output), buffer(self.max_output)
   self.limits_opts = p.o
@@ -253,6 +254,8 @@ function M.open(opts)
   if s then
     spares[key] = nil
     if s.spare_timer then s.spare_timer:close() s.spare_timer = nil end
+    -- (a spare started before its policy's runs were known not to start here is no session)
+    if s:alive() and require("corral.policy").cannot_run(s.pol) then s:close_async(function() end) end
     if not s:alive() then s = nil else s.from_ahead = true end
   end
   local err, ecode
