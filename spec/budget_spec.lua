@@ -144,8 +144,10 @@ describe("whole-run budgets", function()
         assert.are.equal(0, r.code, r.out .. "\n" .. r.text)
         assert.is_truthy(r.out:find("done True", 1, true))
         assert.is_nil(r.exceeded)
-        -- their summed peak is what the small budget refused
-        assert.is_true(r.total.peak_kb > 8 * 100 * 1024, r.text)
+        -- their summed peak is over what the small budget allowed (all eight at once, 800 MB,
+        -- only when each touched its 100 MB before the first one's hold was over: not on a busy
+        -- machine)
+        assert.is_true(r.total.peak_kb > 307200, r.text)
         assert.is_true(r.total.peak_kb <= 1048576, r.text)
       end)
 
