@@ -39,8 +39,7 @@
 -- CPU and memory), `budget_poll_ms`, `cgroup` (a delegated cgroup v2 directory),
 -- `protect_controller` (default true: the controller is made non-dumpable before its first run),
 -- `separation` ("off", "auto", "require": the program walled off from the controller and other
--- runs, by a uid of its own or by Landlock with a PID namespace or signal scoping; see
--- corral-launch --separate).
+-- runs, by a uid of its own or by Landlock with a PID namespace; see corral-launch --separate).
 -- Per-run kernel quotas, which the kernel otherwise counts per uid, for every run of a controller
 -- that is not root together: `user_quotas` (name → value: /proc/sys/user/max_NAME in the run's own
 -- user namespace, e.g. inotify_instances), `pending_signals` (RLIMIT_SIGPENDING: queued signals

@@ -436,11 +436,11 @@ local function cell_result(self, req, answer, reason)
               memory_peak_kb = int(answer.memory_peak_kb) },
   }
   res.ok = res.reason == "ok"
-  if res.reason == "lost" and self.setup_error and not answer.error then answer.error = self.setup_error end
   -- a repr of at most VALUE_MAX characters (4 bytes each at most)
   local value, cut = text(answer.value, 4 * M.VALUE_MAX, M.VALUE_MAX)
   res.value, res.value_truncated = value, value and (cut or bool(answer.value_truncated)) or nil
-  local e = answer.error
+  -- (a cell lost to a kernel that never ran: why it did not)
+  local e = answer.error or (res.reason == "lost" and self.setup_error)
   if type(e) == "table" then
     -- the traceback is on stderr too: each within max_output, as stderr is
     local most = math.max(self.max_output, 1000)
