@@ -440,7 +440,9 @@ function S.start_inspector(case, ctx, o, cb, deadline)
   end)
   if proc then return end
   -- EBUSY: another case of this process took the lowest free uid, this one, in the moment it
-  -- was free: wait for it to end (up to its timeout)
+  -- was free: wait for it to end (up to its timeout). A launch started ahead for the next case
+  -- may hold it too, until a run takes it: those are let go, once
+  if not deadline then require("corral.prestart").let_go_all() end
   deadline = deadline or core.hrtime() + 10
   if core.hrtime() > deadline then
     return cb(nil, "the inspector could not start under uid " .. tostring(uid) .. ": " .. tostring(err))
